@@ -1,0 +1,1 @@
+"""Cluster description, scenario/trace schema, model zoo and importers (no Mininet, no os-ken)."""
