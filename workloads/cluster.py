@@ -134,6 +134,33 @@ class Cluster:
     def spine_dpid(s: int) -> int:
         return 0x2000 + s
 
+    # -- switch ports (the emulator wires exactly these; the controller routes by them) --
+    @staticmethod
+    def tor_host_port(h: int) -> int:
+        """ToR port of the rack's h-th host."""
+        return 1 + h
+
+    def tor_spine_port(self, s: int) -> int:
+        """ToR port of the uplink to spine s (after the largest rack's host ports)."""
+        return 2 + max(self.rack_sizes) + s
+
+    @staticmethod
+    def spine_tor_port(r: int) -> int:
+        """Spine port of the downlink to rack r."""
+        return 1 + r
+
+    def link_port(self, lid: str) -> Tuple[str, int]:
+        """(switch, egress port) of a switch-originated link id such as 'tor0>sp1'."""
+        a, b = lid.split(">")
+        if a.startswith("tor"):
+            r = int(a[3:])
+            if b.startswith("sp"):
+                return a, self.tor_spine_port(int(b[2:]))
+            return a, self.tor_host_port(parse_host(b)[1])
+        if a.startswith("sp"):
+            return a, self.spine_tor_port(int(b[3:]))
+        raise ValueError(f"{lid}: not a switch egress link")
+
     def oversubscription(self, rack: int = 0) -> float:
         hosts = self.rack_sizes[rack]
         up = self.spec.spines * self.spec.uplink_gbps

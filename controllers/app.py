@@ -1,0 +1,361 @@
+"""The Harmonics SDN controller: an os-ken (Ryu's maintained continuation) application.
+
+It knows the topology from the run's cluster description and checks every switch
+that connects against it, answers ARP itself (nothing is ever flooded), installs
+routes, and chooses a spine for every new flow entering a ToR from a host: the
+path a policy pinned for the flow's job, else the least-loaded uplink (per-flow
+ECMP decided by the controller, ties broken by a hash of the 5-tuple).
+
+Pipeline on a ToR (OpenFlow 1.3):
+  table 0   ARP -> controller | from a spine port -> table 2 | IPv4 -> table 1 | drop
+  table 1   per-flow entries installed on packet-in (5-tuple -> [dscp] [meter] out port);
+            miss -> controller
+  table 2   dst IP of a local host -> host port; miss -> drop
+On a spine: dst rack prefix -> port to that rack's ToR; miss -> drop.
+
+Configuration: a JSON file named by $HARMONICS_CONTROLLER_CONFIG (written by the
+launcher's caller) with the cluster spec, a status-file path and the REST port.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import zlib
+from typing import Dict, Optional, Tuple
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER,
+                                       set_ev_cls)
+from os_ken.lib import hub
+from os_ken.lib.packet import arp, ethernet, ether_types, in_proto, ipv4, packet, tcp, udp
+from os_ken.ofproto import ofproto_v1_3
+
+from workloads.cluster import Cluster, ClusterSpec, parse_host
+
+LOG = logging.getLogger("harmonics.controller")
+
+FLOW_IDLE_S = 60          # per-flow entries expire after this much silence
+T_CLASSIFY, T_FLOWS, T_DOWN = 0, 1, 2
+
+FlowKey = Tuple[str, str, int, int, int]   # src ip, dst ip, proto, sport, dport
+
+
+class HarmonicsController(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        path = os.environ.get("HARMONICS_CONTROLLER_CONFIG")
+        if not path:
+            raise RuntimeError("HARMONICS_CONTROLLER_CONFIG is not set")
+        with open(path) as f:
+            self.config = json.load(f)
+        self.cluster = Cluster(ClusterSpec.model_validate(self.config["cluster"]))
+        self.status_path = self.config.get("status_path")
+        self.lock = threading.RLock()
+        self.datapaths: Dict[int, object] = {}
+        self.unknown_dpids: list = []
+        self.flows: Dict[FlowKey, dict] = {}          # installed per-flow choices
+        self.pins: Dict[Tuple[str, str], int] = {}    # (src host, dst host) -> spine, set by policies
+        self.counters = {"packet_in": 0, "packet_in_arp": 0, "packet_in_ipv4": 0,
+                         "packet_in_other": 0, "arp_replies": 0, "flows_installed": 0,
+                         "flows_removed": 0, "switch_connects": 0}
+        self.started = time.time()
+        self.dpid_role = {}
+        for r in range(self.cluster.spec.racks):
+            self.dpid_role[Cluster.tor_dpid(r)] = ("tor", r)
+        for s in range(self.cluster.spec.spines):
+            self.dpid_role[Cluster.spine_dpid(s)] = ("spine", s)
+        self.poll_s = float(self.config.get("poll_s", 1.0))
+        self._stop = threading.Event()
+        self._status_thread = threading.Thread(target=self._status_loop, daemon=True)
+        self._status_thread.start()
+        self._poller = hub.spawn(self._poll_loop)
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict:
+        with self.lock:
+            per_spine = {}
+            for f in self.flows.values():
+                if f["spine"] is not None and self._active(f):
+                    per_spine[f["spine"]] = per_spine.get(f["spine"], 0) + 1
+            return {
+                "time": time.time(),
+                "uptime_s": time.time() - self.started,
+                "switches": sorted(f"{self.dpid_role[d][0]}{self.dpid_role[d][1]}"
+                                   for d in self.datapaths),
+                "expected_switches": len(self.dpid_role),
+                "unknown_dpids": list(self.unknown_dpids),
+                "counters": dict(self.counters),
+                "active_flows": len(self.flows),
+                "active_flows_per_spine": {str(k): v for k, v in sorted(per_spine.items())},
+                "flows": [{"src": k[0], "dst": k[1], "proto": k[2], "sport": k[3], "dport": k[4],
+                           "spine": v["spine"], "pinned": v["pinned"], "since": v["since"],
+                           "bytes": v["bytes"], "mbps": v["bps"] / 1e6, "active": self._active(v)}
+                          for k, v in self.flows.items()],
+            }
+
+    def _write_status(self):
+        if not self.status_path:
+            return
+        tmp = self.status_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.status(), f)
+        os.replace(tmp, self.status_path)
+
+    def _status_loop(self):
+        while not self._stop.wait(0.5):
+            try:
+                self._write_status()
+            except Exception:  # never let status writing kill the controller
+                LOG.exception("status write failed")
+
+    # ------------------------------------------------------------ counters
+    def _poll_loop(self):
+        """Every poll_s: per-flow byte counters of the ToRs' flow tables."""
+        while not self._stop.is_set():
+            with self.lock:
+                dps = [(dp, self.dpid_role[d]) for d, dp in self.datapaths.items()]
+            for dp, role in dps:
+                if role[0] == "tor":
+                    parser = dp.ofproto_parser
+                    dp.send_msg(parser.OFPFlowStatsRequest(dp, table_id=T_FLOWS))
+            hub.sleep(self.poll_s)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _flow_stats(self, ev):
+        now = time.time()
+        with self.lock:
+            for st in ev.msg.body:
+                key = self._key_of_match(st.match)
+                f = self.flows.get(key) if key else None
+                if f is None:
+                    continue
+                if f["polled"] is not None and now > f["polled"]:
+                    f["bps"] = max(0, st.byte_count - f["bytes"]) * 8 / (now - f["polled"])
+                f["bytes"], f["polled"] = st.byte_count, now
+        self.on_flow_stats(ev.msg.datapath, now)
+
+    def on_flow_stats(self, dp, now: float) -> None:
+        """Hook for the epoch loop."""
+
+    @staticmethod
+    def _key_of_match(m) -> Optional[FlowKey]:
+        if "ipv4_src" not in m:
+            return None
+        proto = m.get("ip_proto", 0)
+        return (m["ipv4_src"], m["ipv4_dst"], proto, m.get("tcp_src", m.get("udp_src", 0)),
+                m.get("tcp_dst", m.get("udp_dst", 0)))
+
+    @staticmethod
+    def _active(f: dict) -> bool:
+        """A flow loads its path if it is new (no counters yet) or carried traffic lately."""
+        return f["polled"] is None or f["bps"] > 1e4 or time.time() - f["since"] < 2.0
+
+    def close(self):
+        self._stop.set()
+        try:
+            self._write_status()
+        except Exception:
+            pass
+
+    # ---------------------------------------------------------- switch setup
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _features(self, ev):
+        dp = ev.msg.datapath
+        role = self.dpid_role.get(dp.id)
+        if role is None:
+            LOG.error("switch with dpid %016x is not in the cluster description", dp.id)
+            with self.lock:
+                self.unknown_dpids.append("%016x" % dp.id)
+            return
+        with self.lock:
+            self.datapaths[dp.id] = dp
+            self.counters["switch_connects"] += 1
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        # start from an empty table: a reconnecting switch may hold stale entries
+        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        if role[0] == "tor":
+            self._setup_tor(dp, role[1])
+        else:
+            self._setup_spine(dp, role[1])
+        LOG.info("%s%d connected (dpid %016x)", role[0], role[1], dp.id)
+
+    def _add(self, dp, table, prio, match, actions=None, goto=None, idle=0, flags=0, meter=None):
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        inst = []
+        if meter is not None:
+            inst.append(parser.OFPInstructionMeter(meter, ofp.OFPIT_METER))
+        if actions:
+            inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+        if goto is not None:
+            inst.append(parser.OFPInstructionGotoTable(goto))
+        dp.send_msg(parser.OFPFlowMod(dp, table_id=table, priority=prio, match=match,
+                                      instructions=inst, idle_timeout=idle, flags=flags))
+
+    def _to_controller(self, dp):
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        return [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+
+    def _setup_tor(self, dp, r):
+        parser = dp.ofproto_parser
+        c = self.cluster
+        self._add(dp, T_CLASSIFY, 500, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_ARP),
+                  self._to_controller(dp))
+        if c.spec.racks > 1:
+            for s in range(c.spec.spines):
+                self._add(dp, T_CLASSIFY, 100, parser.OFPMatch(in_port=c.tor_spine_port(s)),
+                          goto=T_DOWN)
+        self._add(dp, T_CLASSIFY, 50, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP), goto=T_FLOWS)
+        self._add(dp, T_CLASSIFY, 0, parser.OFPMatch(), [])          # drop the rest (IPv6 chatter)
+        self._add(dp, T_FLOWS, 0, parser.OFPMatch(), self._to_controller(dp))
+        for h, host in enumerate(c.hosts_in_rack(r)):
+            self._add(dp, T_DOWN, 100, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP,
+                                                       ipv4_dst=c.host_ip(host)),
+                      [parser.OFPActionOutput(c.tor_host_port(h))])
+        self._add(dp, T_DOWN, 0, parser.OFPMatch(), [])
+
+    def _setup_spine(self, dp, s):
+        parser = dp.ofproto_parser
+        c = self.cluster
+        for r in range(c.spec.racks):
+            prefix = c.host_ip(c.hosts_in_rack(r)[0]).rsplit(".", 1)[0] + ".0"
+            self._add(dp, 0, 100, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP,
+                                                  ipv4_dst=(prefix, "255.255.255.0")),
+                      [parser.OFPActionOutput(c.spine_tor_port(r))])
+        self._add(dp, 0, 0, parser.OFPMatch(), [])
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def _gone(self, ev):
+        dp = ev.datapath
+        if dp.id is None:
+            return
+        with self.lock:
+            if self.datapaths.get(dp.id) is dp:
+                del self.datapaths[dp.id]
+                role = self.dpid_role[dp.id]
+                if role[0] == "tor":  # its per-flow entries are gone with it
+                    for k in [k for k, v in self.flows.items() if v["rack"] == role[1]]:
+                        self._forget(k)
+        LOG.info("switch %016x disconnected", dp.id)
+
+    # ---------------------------------------------------------------- packets
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev):
+        msg = ev.msg
+        dp = msg.datapath
+        role = self.dpid_role.get(dp.id)
+        pkt = packet.Packet(msg.data)
+        eth = pkt.get_protocol(ethernet.ethernet)
+        with self.lock:
+            self.counters["packet_in"] += 1
+        if eth is None or role is None or role[0] != "tor":
+            with self.lock:
+                self.counters["packet_in_other"] += 1
+            return
+        in_port = msg.match["in_port"]
+        if eth.ethertype == ether_types.ETH_TYPE_ARP:
+            with self.lock:
+                self.counters["packet_in_arp"] += 1
+            self._answer_arp(dp, in_port, eth, pkt.get_protocol(arp.arp))
+        elif eth.ethertype == ether_types.ETH_TYPE_IP:
+            with self.lock:
+                self.counters["packet_in_ipv4"] += 1
+            self._route_flow(dp, role[1], in_port, pkt, msg.data)
+        else:
+            with self.lock:
+                self.counters["packet_in_other"] += 1
+
+    def _answer_arp(self, dp, in_port, eth, a):
+        if a is None or a.opcode != arp.ARP_REQUEST:
+            return
+        host = self.cluster.ip_to_host.get(a.dst_ip)
+        if host is None:
+            return
+        mac = self.cluster.host_mac(host)
+        reply = packet.Packet()
+        reply.add_protocol(ethernet.ethernet(ethertype=ether_types.ETH_TYPE_ARP, dst=eth.src, src=mac))
+        reply.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=mac, src_ip=a.dst_ip,
+                                   dst_mac=a.src_mac, dst_ip=a.src_ip))
+        reply.serialize()
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                                        actions=[parser.OFPActionOutput(in_port)], data=reply.data))
+        with self.lock:
+            self.counters["arp_replies"] += 1
+
+    def _route_flow(self, dp, rack, in_port, pkt, data):
+        ip = pkt.get_protocol(ipv4.ipv4)
+        src_host = self.cluster.ip_to_host.get(ip.src)
+        dst_host = self.cluster.ip_to_host.get(ip.dst)
+        if src_host is None or dst_host is None:
+            return
+        sport = dport = 0
+        l4 = pkt.get_protocol(tcp.tcp) or pkt.get_protocol(udp.udp)
+        if l4 is not None:
+            sport, dport = l4.src_port, l4.dst_port
+        key: FlowKey = (ip.src, ip.dst, ip.proto, sport, dport)
+        c = self.cluster
+        dst_rack = c.rack_of(dst_host)
+        with self.lock:
+            choice = self.flows.get(key)
+            if choice is None:
+                if dst_rack == rack:
+                    spine, pinned = None, False
+                else:
+                    spine, pinned = self._choose_spine(key, src_host, dst_host, rack, dst_rack)
+                choice = {"spine": spine, "pinned": pinned, "rack": rack, "dst_rack": dst_rack,
+                          "src_host": src_host, "dst_host": dst_host, "since": time.time(),
+                          "bytes": 0, "polled": None, "bps": 0.0}
+                self.flows[key] = choice
+                self.counters["flows_installed"] += 1
+        out_port = (c.tor_host_port(parse_host(dst_host)[1]) if choice["spine"] is None
+                    else c.tor_spine_port(choice["spine"]))
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        fields = dict(eth_type=ether_types.ETH_TYPE_IP, ipv4_src=ip.src, ipv4_dst=ip.dst, ip_proto=ip.proto)
+        if ip.proto == in_proto.IPPROTO_TCP:
+            fields.update(tcp_src=sport, tcp_dst=dport)
+        elif ip.proto == in_proto.IPPROTO_UDP:
+            fields.update(udp_src=sport, udp_dst=dport)
+        actions = self.flow_actions(dp, key, choice) + [parser.OFPActionOutput(out_port)]
+        self._add(dp, T_FLOWS, 300, parser.OFPMatch(**fields), actions, idle=FLOW_IDLE_S,
+                  flags=ofp.OFPFF_SEND_FLOW_REM, meter=self.flow_meter(dp, key, choice))
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=in_port,
+                                        actions=actions, data=data))
+
+    # hooks for enforcement (priorities / meters), overridden by the epoch loop
+    def flow_actions(self, dp, key: FlowKey, choice: dict) -> list:
+        return []
+
+    def flow_meter(self, dp, key: FlowKey, choice: dict) -> Optional[int]:
+        return None
+
+    def _choose_spine(self, key, src_host, dst_host, rack, dst_rack) -> Tuple[int, bool]:
+        pin = self.pins.get((src_host, dst_host))
+        if pin is not None:
+            return pin, True
+        n = self.cluster.spec.spines
+        load = [0] * n
+        for f in self.flows.values():
+            if f["spine"] is not None and self._active(f) and (f["rack"] == rack or f["dst_rack"] == dst_rack):
+                # the flow shares our uplink, or the spine's downlink to our destination
+                load[f["spine"]] += (f["rack"] == rack) + (f["dst_rack"] == dst_rack)
+        h = zlib.crc32(repr(key).encode())
+        return min(range(n), key=lambda s: (load[s], (s + h) % n)), False
+
+    def _forget(self, key):
+        self.flows.pop(key, None)
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def _flow_removed(self, ev):
+        key = self._key_of_match(ev.msg.match)
+        if key is None:
+            return
+        with self.lock:
+            self._forget(key)
+            self.counters["flows_removed"] += 1

@@ -1,0 +1,232 @@
+"""Bring an emulated cluster up (Mininet + Open vSwitch userspace datapath + the
+project's os-ken controller on 127.0.0.1) and take it down again, whatever happens.
+
+    with EmulatedCluster(scenario, run_dir) as ec:
+        ec.host("r0h0").cmd("ping -c1 10.0.1.1")
+
+Everything made is recorded in an emulation.cleanup.RunState as it is made.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from workloads.cluster import Cluster
+from workloads.scenario import Scenario, ScenarioError
+
+from . import cleanup
+from .topo import LeafSpineTopo, check_emulable
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class EmulationError(RuntimeError):
+    """The emulation stack cannot run (missing tool, OVS down, controller failed)."""
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_stack() -> None:
+    for tool in ("ovs-vsctl", "mnexec", "tc", "ip"):
+        if shutil.which(tool) is None:
+            raise EmulationError(f"{tool} not found: run ./scripts/setup.sh first")
+    if os.geteuid() != 0:
+        raise EmulationError("the emulator needs root (network namespaces, OVS): run it with sudo")
+    r = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise EmulationError("Open vSwitch is not running: run ./scripts/setup.sh first")
+
+
+@contextmanager
+def terminate_as_exception():
+    """Turn SIGTERM (and SIGHUP) into SystemExit so that ``finally`` blocks clean up."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def shielded():
+    """Defer SIGINT/SIGTERM while cleaning up, so clean-up itself is never cut short."""
+    got = []
+    old = {s: signal.signal(s, lambda n, f: got.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class EmulatedCluster:
+    def __init__(self, scenario: Scenario, run_dir: Path, controller_config: Optional[dict] = None,
+                 quiet: bool = True):
+        self.scenario = scenario
+        self.cluster = Cluster(scenario.cluster)
+        self.emu = scenario.emulation
+        self.run_dir = Path(run_dir)
+        self.extra_config = controller_config or {}
+        self.quiet = quiet
+        self.net = None
+        self.state: Optional[cleanup.RunState] = None
+        self.controller_proc: Optional[subprocess.Popen] = None
+        self.port: Optional[int] = None
+        self.host_procs: List[subprocess.Popen] = []
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    @property
+    def status_path(self) -> Path:
+        return self.run_dir / "controller-status.json"
+
+    @property
+    def controller_config_path(self) -> Path:
+        return self.run_dir / "controller.json"
+
+    def start(self) -> None:
+        check_emulable(self.cluster, self.emu)
+        check_stack()
+        cleanup.clean_stale()
+        names = set(self.cluster.tors + self.cluster.spines)
+        taken = names & set(cleanup.ovs_bridges())
+        if taken:
+            raise EmulationError(f"bridges {sorted(taken)} already exist (another emulation is running "
+                                 "on this machine?); stop it first")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.state = cleanup.RunState(f"{self.scenario.name} {self.run_dir}")
+        self.start_controller()
+        self._build_network()
+
+    def start_controller(self) -> None:
+        self.port = self.port or free_tcp_port()
+        cfg = {"cluster": self.scenario.cluster.model_dump(mode="json"),
+               "status_path": str(self.status_path), "run_dir": str(self.run_dir)}
+        cfg.update(self.extra_config)
+        self.controller_config_path.write_text(json.dumps(cfg, indent=1))
+        self.status_path.unlink(missing_ok=True)
+        log = open(self.run_dir / "controller.log", "a")
+        self.controller_proc = subprocess.Popen(
+            [sys.executable, "-m", "controllers.launcher", "--config", str(self.controller_config_path),
+             "--port", str(self.port)],
+            cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.state.add_process(self.controller_proc.pid, "controller")
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.controller_proc.poll() is not None:
+                raise EmulationError(f"controller exited with code {self.controller_proc.returncode}; "
+                                     f"see {self.run_dir / 'controller.log'}")
+            if self.status_path.exists():
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        raise EmulationError("controller did not start listening within 30 s")
+
+    def stop_controller(self) -> None:
+        if self.controller_proc is not None:
+            cleanup.kill_process(self.controller_proc.pid, grace=3.0)
+            self.controller_proc = None
+
+    def _build_network(self) -> None:
+        from mininet.log import setLogLevel
+        from mininet.link import TCLink
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+
+        setLogLevel("critical" if self.quiet else "info")
+        topo = LeafSpineTopo(cluster=self.cluster, emu=self.emu)
+        # record the bridges and veths before they exist, so an interrupted build is cleaned too
+        self.state.add_bridges(topo.switches())
+        self.net = Mininet(topo=topo, switch=OVSSwitch, link=TCLink, controller=None,
+                           autoSetMacs=False, build=False, waitConnected=False)
+        self.net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.port)
+        self.net.build()
+        self.state.add_links(i.name for sw in self.net.switches for i in sw.intfList() if i.name != "lo")
+        self.net.start()
+        self.wait_switches(30)
+        for h in self.net.hosts:
+            # quiet hosts: no IPv6 chatter; the experiment's congestion control
+            h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+            h.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={self.emu.tcp_cc}")
+
+    def wait_switches(self, timeout: float) -> None:
+        want = len(self.cluster.tors) + len(self.cluster.spines)
+        deadline = time.time() + timeout
+        st = {}
+        while time.time() < deadline:
+            st = self.controller_status()
+            if len(st.get("switches", [])) >= want:
+                return
+            if st.get("unknown_dpids"):
+                raise EmulationError(f"switches the cluster does not describe connected: {st['unknown_dpids']}")
+            time.sleep(0.2)
+        raise EmulationError(f"only {st.get('switches', [])} of {want} switches connected to the controller")
+
+    def controller_status(self) -> dict:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def stop(self) -> None:
+        with shielded():
+            for p in self.host_procs:
+                cleanup.kill_process(p.pid, grace=1.0)
+            self.host_procs = []
+            if self.net is not None:
+                try:
+                    self.net.stop()
+                except Exception as e:  # fall back to the record below
+                    print(f"warning: mininet stop: {e}", file=sys.stderr)
+                self.net = None
+            self.stop_controller()
+            if self.state is not None:
+                self.state.clean()
+                self.state = None
+
+    # ------------------------------------------------------------- helpers
+    def host(self, name: str):
+        return self.net.get(name)
+
+    def popen(self, host: str, args: List[str], **kw) -> subprocess.Popen:
+        """Start a process inside a host; it is killed when the cluster stops."""
+        p = self.host(host).popen(args, **kw)
+        self.host_procs.append(p)
+        self.state.add_process(p.pid, f"{host}: {' '.join(args[:3])}")
+        return p
+
+    def intf_name(self, lid: str) -> str:
+        """Switch-side interface carrying the egress of link id 'tor0>sp1' / 'sp1>tor0'."""
+        sw, port = self.cluster.link_port(lid)
+        return f"{sw}-eth{port}"
