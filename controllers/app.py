@@ -34,6 +34,8 @@ from os_ken.lib import hub
 from os_ken.lib.packet import arp, ethernet, ether_types, in_proto, ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
+from controllers.schedulers.base import Decision
+from emulation.qos import class_dscp
 from workloads.cluster import Cluster, ClusterSpec, parse_host
 
 LOG = logging.getLogger("harmonics.controller")
@@ -60,7 +62,6 @@ class HarmonicsController(app_manager.OSKenApp):
         self.datapaths: Dict[int, object] = {}
         self.unknown_dpids: list = []
         self.flows: Dict[FlowKey, dict] = {}          # installed per-flow choices
-        self.pins: Dict[Tuple[str, str], int] = {}    # (src host, dst host) -> spine, set by policies
         self.counters = {"packet_in": 0, "packet_in_arp": 0, "packet_in_ipv4": 0,
                          "packet_in_other": 0, "arp_replies": 0, "flows_installed": 0,
                          "flows_removed": 0, "switch_connects": 0}
@@ -70,6 +71,17 @@ class HarmonicsController(app_manager.OSKenApp):
             self.dpid_role[Cluster.tor_dpid(r)] = ("tor", r)
         for s in range(self.cluster.spec.spines):
             self.dpid_role[Cluster.spine_dpid(s)] = ("spine", s)
+        # jobs of the run: which TCP ports are whose (a job's rank r listens on port_base + r)
+        self.jobs: Dict[str, dict] = {j["name"]: j for j in self.config.get("jobs", [])}
+        self.port_job: Dict[int, str] = {}
+        for j in self.jobs.values():
+            for r in range(j["ranks"]):
+                self.port_job[j["port_base"] + r] = j["name"]
+        self.num_classes = int(self.config.get("num_classes", 4))
+        self.bandwidth_scale = float(self.config.get("bandwidth_scale", 1000.0))
+        self.decisions: Dict[str, Decision] = {}
+        self.meters: Dict[Tuple[int, str, str], Tuple[int, int]] = {}  # (dpid, job, link) -> (id, kbps)
+        self._next_meter = 1
         self.poll_s = float(self.config.get("poll_s", 1.0))
         self._stop = threading.Event()
         self._status_thread = threading.Thread(target=self._status_loop, daemon=True)
@@ -305,40 +317,138 @@ class HarmonicsController(app_manager.OSKenApp):
         with self.lock:
             choice = self.flows.get(key)
             if choice is None:
+                job = self.job_of(key)
                 if dst_rack == rack:
                     spine, pinned = None, False
                 else:
-                    spine, pinned = self._choose_spine(key, src_host, dst_host, rack, dst_rack)
-                choice = {"spine": spine, "pinned": pinned, "rack": rack, "dst_rack": dst_rack,
+                    spine, pinned = self._choose_spine(key, job, src_host, dst_host, rack, dst_rack)
+                choice = {"spine": spine, "pinned": pinned, "rack": rack, "dst_rack": dst_rack, "job": job,
                           "src_host": src_host, "dst_host": dst_host, "since": time.time(),
                           "bytes": 0, "polled": None, "bps": 0.0}
                 self.flows[key] = choice
                 self.counters["flows_installed"] += 1
-        out_port = (c.tor_host_port(parse_host(dst_host)[1]) if choice["spine"] is None
-                    else c.tor_spine_port(choice["spine"]))
-        parser, ofp = dp.ofproto_parser, dp.ofproto
-        fields = dict(eth_type=ether_types.ETH_TYPE_IP, ipv4_src=ip.src, ipv4_dst=ip.dst, ip_proto=ip.proto)
-        if ip.proto == in_proto.IPPROTO_TCP:
-            fields.update(tcp_src=sport, tcp_dst=dport)
-        elif ip.proto == in_proto.IPPROTO_UDP:
-            fields.update(udp_src=sport, udp_dst=dport)
-        actions = self.flow_actions(dp, key, choice) + [parser.OFPActionOutput(out_port)]
-        self._add(dp, T_FLOWS, 300, parser.OFPMatch(**fields), actions, idle=FLOW_IDLE_S,
-                  flags=ofp.OFPFF_SEND_FLOW_REM, meter=self.flow_meter(dp, key, choice))
-        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=in_port,
-                                        actions=actions, data=data))
+            self._install_flow(dp, key, choice, in_port=in_port, data=data)
 
-    # hooks for enforcement (priorities / meters), overridden by the epoch loop
+    # ------------------------------------------------------------ enforcement
+    def job_of(self, key: FlowKey) -> Optional[str]:
+        if key[2] != in_proto.IPPROTO_TCP:
+            return None
+        return self.port_job.get(key[4]) or self.port_job.get(key[3])
+
     def flow_actions(self, dp, key: FlowKey, choice: dict) -> list:
-        return []
+        """DSCP of the flow's job's priority class (jobs without a decision: best effort)."""
+        d = self.decisions.get(choice.get("job") or "")
+        if d is None:
+            return []
+        k = min(max(d.priority, 0), self.num_classes - 1)
+        return [dp.ofproto_parser.OFPActionSetField(ip_dscp=class_dscp(k, self.num_classes))]
 
     def flow_meter(self, dp, key: FlowKey, choice: dict) -> Optional[int]:
-        return None
+        """The meter of the tightest cap the flow's job has on a link of the flow's path."""
+        job = choice.get("job")
+        d = self.decisions.get(job or "")
+        if d is None or not d.rate_caps_gbps:
+            return None
+        path = [self.cluster.links[i].id for i in
+                self.cluster.path(choice["src_host"], choice["dst_host"], choice["spine"])]
+        caps = [(self._share_of_cap(job, lid), lid) for lid in path if lid in d.rate_caps_gbps]
+        if not caps:
+            return None
+        gbps, lid = min(caps)
+        return self._meter(dp, job, lid, gbps)
 
-    def _choose_spine(self, key, src_host, dst_host, rack, dst_rack) -> Tuple[int, bool]:
-        pin = self.pins.get((src_host, dst_host))
+    def _share_of_cap(self, job: str, lid: str) -> float:
+        """A cap on a link that several ToRs feed (a spine downlink) is split evenly between the
+        ToRs whose flows of the job cross it: meters live at each flow's first ToR."""
+        racks = set()
+        for f in self.flows.values():
+            if f.get("job") == job and lid in (self.cluster.links[i].id for i in
+                                                self.cluster.path(f["src_host"], f["dst_host"], f["spine"])):
+                racks.add(f["rack"])
+        return self.decisions[job].rate_caps_gbps[lid] / max(1, len(racks))
+
+    def _meter(self, dp, job: str, lid: str, gbps: float) -> int:
+        kbps = max(8, int(gbps * 1e6 / self.bandwidth_scale))
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        key = (dp.id, job, lid)
+        have = self.meters.get(key)
+        if have and have[1] == kbps:
+            return have[0]
+        mid = have[0] if have else self._next_meter
+        if not have:
+            self._next_meter += 1
+        # burst: 50 ms at the meter's rate (at least 64 kbit) lets TCP hold the rate
+        # (see docs/fidelity.md for the measurement behind this choice)
+        burst = max(64, kbps // 20)
+        band = parser.OFPMeterBandDrop(rate=kbps, burst_size=burst)
+        dp.send_msg(parser.OFPMeterMod(dp, command=ofp.OFPMC_MODIFY if have else ofp.OFPMC_ADD,
+                                       flags=ofp.OFPMF_KBPS | ofp.OFPMF_BURST, meter_id=mid,
+                                       bands=[band]))
+        self.meters[key] = (mid, kbps)
+        return mid
+
+    def _release_meters(self, jobs) -> None:
+        for key in [k for k in self.meters if k[1] in jobs]:
+            mid, _ = self.meters.pop(key)
+            dp = self.datapaths.get(key[0])
+            if dp is not None:
+                dp.send_msg(dp.ofproto_parser.OFPMeterMod(dp, command=dp.ofproto.OFPMC_DELETE,
+                                                          flags=0, meter_id=mid, bands=[]))
+
+    def apply_decisions(self, decisions: Dict[str, Decision]) -> None:
+        """Make the network follow the decisions: re-mark, re-meter and re-path every installed
+        flow of the jobs whose decision changed; release what ended jobs held."""
+        with self.lock:
+            old = self.decisions
+            self.decisions = dict(decisions)
+            changed = {j for j in set(old) | set(decisions) if old.get(j) != decisions.get(j)}
+            self._release_meters({j for j in changed if j not in decisions or
+                                  not decisions[j].rate_caps_gbps})
+            for key, f in list(self.flows.items()):
+                if f.get("job") not in changed:
+                    continue
+                d = decisions.get(f["job"])
+                if f["spine"] is not None and d is not None:
+                    want = d.spine_for(f["src_host"], f["dst_host"])
+                    if want is not None and want != f["spine"]:
+                        f["spine"], f["pinned"] = want, True
+                dp = self._tor_dp(f["rack"])
+                if dp is not None:
+                    self._install_flow(dp, key, f, modify=True)
+
+    def _tor_dp(self, rack: int):
+        return self.datapaths.get(Cluster.tor_dpid(rack))
+
+    def _install_flow(self, dp, key: FlowKey, f: dict, modify: bool = False, in_port=None, data=None):
+        c = self.cluster
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        out_port = (c.tor_host_port(parse_host(f["dst_host"])[1]) if f["spine"] is None
+                    else c.tor_spine_port(f["spine"]))
+        fields = dict(eth_type=ether_types.ETH_TYPE_IP, ipv4_src=key[0], ipv4_dst=key[1], ip_proto=key[2])
+        if key[2] == in_proto.IPPROTO_TCP:
+            fields.update(tcp_src=key[3], tcp_dst=key[4])
+        elif key[2] == in_proto.IPPROTO_UDP:
+            fields.update(udp_src=key[3], udp_dst=key[4])
+        actions = self.flow_actions(dp, key, f) + [parser.OFPActionOutput(out_port)]
+        meter = self.flow_meter(dp, key, f)
+        inst = []
+        if meter is not None:
+            inst.append(parser.OFPInstructionMeter(meter, ofp.OFPIT_METER))
+        inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+        # MODIFY_STRICT keeps the entry's counters (the epoch loop reads them)
+        dp.send_msg(parser.OFPFlowMod(dp, table_id=T_FLOWS, priority=300, match=parser.OFPMatch(**fields),
+                                      command=ofp.OFPFC_MODIFY_STRICT if modify else ofp.OFPFC_ADD,
+                                      instructions=inst, idle_timeout=FLOW_IDLE_S,
+                                      flags=ofp.OFPFF_SEND_FLOW_REM))
+        if data is not None:
+            dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=in_port,
+                                            actions=actions, data=data))
+
+    def _choose_spine(self, key, job, src_host, dst_host, rack, dst_rack) -> Tuple[int, bool]:
+        d = self.decisions.get(job or "")
+        pin = d.spine_for(src_host, dst_host) if d is not None else None
         if pin is not None:
-            return pin, True
+            return pin % self.cluster.spec.spines, True
         n = self.cluster.spec.spines
         load = [0] * n
         for f in self.flows.values():

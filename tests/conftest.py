@@ -23,7 +23,9 @@ def our_bridges():
 
 @pytest.fixture(scope="session")
 def emulation_ready():
-    """The real stack must be there (scripts/test.sh installs and starts it)."""
+    """The real stack must be there (scripts/test.sh installs and starts it).  Emulation tests
+    of concurrent pytest sessions on one machine take turns (bridge names are fixed)."""
+    import fcntl
     if os.geteuid() != 0:
         pytest.fail("emulation tests need root: run ./scripts/test.sh")
     for tool in ("ovs-vsctl", "mnexec", "iperf3", "tcpdump"):
@@ -31,5 +33,9 @@ def emulation_ready():
             pytest.fail(f"{tool} missing: run ./scripts/setup.sh")
     if subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode != 0:
         pytest.fail("Open vSwitch is not running: run ./scripts/setup.sh")
+    os.makedirs("/run/harmonics", exist_ok=True)
+    lock = open("/run/harmonics/tests.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     assert not our_bridges(), f"bridges left from elsewhere: {our_bridges()}"
-    return True
+    yield True
+    lock.close()

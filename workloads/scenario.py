@@ -204,7 +204,7 @@ def _format_error(err: ValidationError) -> str:
         msg = msg[len("Value error, "):]
     inp = e.get("input")
     shown = "" if e["type"] in ("extra_forbidden", "missing") or isinstance(inp, (dict, list)) \
-        else f" (got {inp!r})"
+        or "(got " in msg or "not a byte count" in msg else f" (got {inp!r})"
     return f"{loc}: {msg}{shown}" if loc else f"{msg}{shown}"
 
 
@@ -314,8 +314,11 @@ def resolve(sc: Scenario) -> ResolvedScenario:
     # explicit placements first, then rules in job order
     for j in sc.jobs:
         if j.placement.slots is not None:
-            ws = [take(j.name, *_parse_slot(s, cluster)) for s in j.placement.slots]
-            jobs[j.name] = ws
+            try:
+                slots = [_parse_slot(s, cluster) for s in j.placement.slots]
+            except ScenarioError as e:
+                raise ScenarioError(f"jobs.{j.name}.placement.slots: {e}") from None
+            jobs[j.name] = [take(j.name, h, g) for h, g in slots]
     for j in sc.jobs:
         if j.placement.slots is not None:
             continue
@@ -326,7 +329,7 @@ def resolve(sc: Scenario) -> ResolvedScenario:
                 raise ScenarioError(f"jobs.{j.name}.placement.racks: rack {r} does not exist")
         avail = sum(len(free[h]) for r in racks for h in cluster.hosts_in_rack(r))
         if n > avail:
-            raise ScenarioError(f"jobs.{j.name}: needs {n} workers but only {avail} GPU slots are free"
+            raise ScenarioError(f"jobs.{j.name}.workers: needs {n} workers but only {avail} GPU slots are free"
                                 f" in racks {racks}")
         rule = j.placement.rule
         order: List[str] = []
@@ -363,6 +366,8 @@ def resolve(sc: Scenario) -> ResolvedScenario:
                 prof = profile_for(j.model, len(ws), sc.cluster.gpu)
             except KeyError as e:
                 raise ScenarioError(f"jobs.{j.name}.model: {e.args[0]}") from None
+            except ValueError as e:  # incl. ScenarioError from an imported SimAI file
+                raise ScenarioError(f"jobs.{j.name}.model: {e}") from None
         for i, p in enumerate(prof.phases):
             if isinstance(p, Collective):
                 _check_group(p.group, len(ws), f"jobs.{j.name}.profile.phases.{i}.group")

@@ -1,0 +1,79 @@
+"""Priority classes on the egress of shared links: DSCP-marked flows sorted by u32
+filters into an htb tree that approximates strict priority.
+
+OVS queues (set_queue + linux-htb QoS) do not work on the userspace datapath
+(see docs/fidelity.md); what does is: the controller marks each flow's DSCP with
+OpenFlow set_field at its first ToR, and every shared link's egress interface
+carries this tree (replacing Mininet's single htb class):
+
+    1:   htb root, default = lowest class
+    1:1  the link: rate = ceil = link rate
+    1:1k class k (k = 0 is the highest): rate = GUARANTEE_FRACTION of the link,
+         ceil = link, htb prio k  -> spare bandwidth goes to the lowest prio first
+
+htb gives every class its guaranteed rate before lending the rest by prio, so the
+guarantee is the one departure from strict priority: a low class saturated under a
+saturated high class keeps about GUARANTEE_FRACTION of the link (measured in
+tests/test_enforcement.py).
+"""
+from __future__ import annotations
+
+import subprocess
+from typing import Iterable, List, Sequence
+
+# DSCP of priority class k (k = 0 highest); the last class is best effort
+CLASS_DSCP: Sequence[int] = (46, 34, 26, 18, 10, 12, 4, 0)
+MAX_CLASSES = len(CLASS_DSCP)
+GUARANTEE_FRACTION = 0.02
+
+
+def class_dscp(k: int, num_classes: int) -> int:
+    """DSCP of class k among num_classes; the lowest class is always best effort (0)."""
+    if not 0 <= k < num_classes <= MAX_CLASSES:
+        raise ValueError(f"class {k} of {num_classes}")
+    return 0 if k == num_classes - 1 else CLASS_DSCP[k]
+
+
+def tree_commands(dev: str, mbps: float, num_classes: int) -> List[List[str]]:
+    guarantee = max(mbps * GUARANTEE_FRACTION, 0.05)
+    lowest = 0x10 + num_classes - 1
+    cmds = [
+        ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", f"{lowest:x}"],
+        ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+         "rate", f"{mbps}mbit", "ceil", f"{mbps}mbit", "burst", "15k", "cburst", "15k"],
+    ]
+    for k in range(num_classes):
+        cid = f"1:{0x10 + k:x}"
+        cmds.append(["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid", cid, "htb",
+                     "rate", f"{guarantee:.4f}mbit", "ceil", f"{mbps}mbit", "prio", str(k),
+                     "burst", "15k", "cburst", "15k", "quantum", "15000"])
+        cmds.append(["tc", "qdisc", "replace", "dev", dev, "parent", cid, "handle", f"{0x10 + k:x}:",
+                     "pfifo", "limit", "1000"])
+    for k in range(num_classes - 1):  # the lowest class is the default: no filter needed
+        tos = class_dscp(k, num_classes) << 2
+        cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1",
+                     "u32", "match", "ip", "dsfield", f"0x{tos:02x}", "0xfc",
+                     "flowid", f"1:{0x10 + k:x}"])
+    return cmds
+
+
+def install_classes(devs: Iterable[str], mbps: float, num_classes: int) -> None:
+    for dev in devs:
+        for cmd in tree_commands(dev, mbps, num_classes):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+
+
+def class_bytes(dev: str) -> dict:
+    """Bytes sent per class on an interface (from `tc -s class show`)."""
+    out = subprocess.run(["tc", "-s", "class", "show", "dev", dev], capture_output=True, text=True).stdout
+    res, cur = {}, None
+    for line in out.splitlines():
+        parts = line.split()
+        if parts[:2] == ["class", "htb"]:
+            cur = parts[2]
+        elif parts and parts[0] == "Sent" and cur is not None:
+            res[cur] = int(parts[1])
+            cur = None
+    return res
