@@ -84,6 +84,19 @@ class HarmonicsController(app_manager.OSKenApp):
         self._next_meter = 1
         self.poll_s = float(self.config.get("poll_s", 1.0))
         self._stop = threading.Event()
+        # the epoch loop: measure, decide, apply (only when the run names a policy)
+        self.epoch_s = float(self.config.get("epoch_s", 1.0))
+        self.bins: list = []                 # per poll: {job: {(src, dst): bytes}}
+        self.last_record: Optional[dict] = None
+        self.job_rate_mbps: Dict[str, float] = {}
+        self.shift_seq: Dict[str, Tuple[int, float]] = {}
+        self.driver = None
+        if self.config.get("policy"):
+            self._make_driver()
+            self._epochs = hub.spawn(self._epoch_loop)
+        self._rest = None
+        if self.config.get("rest_port"):
+            self._start_rest(int(self.config["rest_port"]))
         self._status_thread = threading.Thread(target=self._status_loop, daemon=True)
         self._status_thread.start()
         self._poller = hub.spawn(self._poll_loop)
@@ -104,6 +117,10 @@ class HarmonicsController(app_manager.OSKenApp):
                 "unknown_dpids": list(self.unknown_dpids),
                 "counters": dict(self.counters),
                 "active_flows": len(self.flows),
+                "policy": self.config.get("policy"),
+                "epoch": self.driver.epoch if self.driver else None,
+                "decisions": (self.last_record or {}).get("decisions", {}),
+                "job_mbps": dict(self.job_rate_mbps),
                 "active_flows_per_spine": {str(k): v for k, v in sorted(per_spine.items())},
                 "flows": [{"src": k[0], "dst": k[1], "proto": k[2], "sport": k[3], "dport": k[4],
                            "spine": v["spine"], "pinned": v["pinned"], "since": v["since"],
@@ -130,6 +147,7 @@ class HarmonicsController(app_manager.OSKenApp):
     def _poll_loop(self):
         """Every poll_s: per-flow byte counters of the ToRs' flow tables."""
         while not self._stop.is_set():
+            self._take_bin()
             with self.lock:
                 dps = [(dp, self.dpid_role[d]) for d, dp in self.datapaths.items()]
             for dp, role in dps:
@@ -144,7 +162,9 @@ class HarmonicsController(app_manager.OSKenApp):
         with self.lock:
             for st in ev.msg.body:
                 key = self._key_of_match(st.match)
-                f = self.flows.get(key) if key else None
+                if key is None:
+                    continue
+                f = self.flows.get(key) or self._adopt(ev.msg.datapath, key, st)
                 if f is None:
                     continue
                 if f["polled"] is not None and now > f["polled"]:
@@ -154,6 +174,150 @@ class HarmonicsController(app_manager.OSKenApp):
 
     def on_flow_stats(self, dp, now: float) -> None:
         """Hook for the epoch loop."""
+
+    # ------------------------------------------------------------ epochs
+    def _make_driver(self):
+        from controllers.epochs import EpochDriver, make_policy
+        from workloads.scenario import load_scenario, resolve
+
+        rs = resolve(load_scenario(self.config["scenario_path"]))
+        emu = rs.scenario.emulation
+        self.time_scale = emu.time_scale
+        policy = make_policy(self.config["policy"], **self.config.get("policy_kw", {}))
+        self.driver = EpochDriver(rs, policy, num_classes=self.num_classes, time_scale=emu.time_scale,
+                                  bytes_scale=emu.bytes_scale,
+                                  estimate_profiles=bool(self.config.get("estimate_profiles", False)))
+
+    def _take_bin(self):
+        with self.lock:
+            b: Dict[str, Dict[Tuple[str, str], float]] = {}
+            for f in self.flows.values():
+                delta = f["bytes"] - f.get("binned", 0)
+                f["binned"] = f["bytes"]
+                if f.get("job") and delta > 0:
+                    pair = (f["src_host"], f["dst_host"])
+                    jb = b.setdefault(f["job"], {})
+                    jb[pair] = jb.get(pair, 0.0) + delta
+            self.bins.append(b)
+
+    def job_start(self, name: str) -> Optional[float]:
+        """The job's start time (absolute), from its spec once the runner has written it."""
+        j = self.jobs[name]
+        if j.get("start_at") is None and j.get("spec_path"):
+            try:
+                with open(j["spec_path"]) as f:
+                    j["start_at"] = float(json.load(f)["start_at"])
+            except (OSError, ValueError, KeyError):
+                return None
+        return j.get("start_at")
+
+    def active_jobs(self, now: float) -> set:
+        done_dir = self.config.get("done_dir")
+        out = set()
+        for name in self.jobs:
+            t = self.job_start(name)
+            if t is not None and t <= now and not (done_dir and os.path.exists(os.path.join(done_dir, name))):
+                out.add(name)
+        return out
+
+    def run_start(self) -> Optional[float]:
+        ts = [t for t in (self.job_start(n) for n in self.jobs) if t is not None]
+        return min(ts) if ts else None
+
+    def _epoch_loop(self):
+        nxt = time.time() + self.epoch_s
+        while not self._stop.is_set():
+            hub.sleep(max(0.0, nxt - time.time()))
+            nxt += self.epoch_s
+            try:
+                self._run_epoch()
+            except Exception:
+                LOG.exception("epoch failed")
+
+    def _run_epoch(self):
+        now = time.time()
+        with self.lock:
+            bins, self.bins = self.bins, []
+        series: Dict[str, Dict[Tuple[str, str], list]] = {}
+        for i, b in enumerate(bins):
+            for job, pairs in b.items():
+                for pair, v in pairs.items():
+                    series.setdefault(job, {}).setdefault(pair, [0.0] * len(bins))[i] = v
+        self.job_rate_mbps = {job: sum(map(sum, s.values())) * 8 / self.epoch_s / 1e6
+                              for job, s in series.items()}
+        active = self.active_jobs(now)
+        if not active and not self.decisions:
+            return
+        decisions, rec = self.driver.step(now - (self.run_start() or now), active, series, self.poll_s)
+        self.apply_decisions(decisions)
+        self._apply_shifts(decisions)
+        rec_d = json.loads(rec.to_json())
+        rec_d["measured_mbps"] = self.job_rate_mbps
+        self.last_record = rec_d
+        path = self.config.get("decisions_log")
+        if path:
+            with open(path, "a") as f:
+                f.write(json.dumps(rec_d, sort_keys=True) + "\n")
+
+    def _apply_shifts(self, decisions):
+        from emulation.jobspec import write_control
+
+        control_dir = self.config.get("control_dir")
+        if not control_dir:
+            return
+        for job, d in decisions.items():
+            seq, last = self.shift_seq.get(job, (0, 0.0))
+            if abs(d.shift_s - last) > 1e-6:
+                seq += 1
+                write_control(os.path.join(control_dir, f"{job}.json"), d.shift_s * self.time_scale, seq)
+                self.shift_seq[job] = (seq, d.shift_s)
+
+    def _start_rest(self, port: int):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        app = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path.rstrip("/") in ("", "/status"):
+                    body = app.status()
+                elif self.path.rstrip("/") == "/decisions":
+                    body = app.last_record or {}
+                else:
+                    self.send_error(404)
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self._rest = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self._rest.serve_forever, daemon=True).start()
+
+    def _adopt(self, dp, key: FlowKey, st) -> Optional[dict]:
+        """A per-flow entry this controller did not install (it was restarted): learn it."""
+        role = self.dpid_role.get(dp.id)
+        src_host, dst_host = self.cluster.ip_to_host.get(key[0]), self.cluster.ip_to_host.get(key[1])
+        if role is None or role[0] != "tor" or src_host is None or dst_host is None:
+            return None
+        spine = None
+        for inst in st.instructions:
+            for a in getattr(inst, "actions", []):
+                port = getattr(a, "port", None)
+                for s_ in range(self.cluster.spec.spines):
+                    if port == self.cluster.tor_spine_port(s_) and self.cluster.crosses_racks(src_host, dst_host):
+                        spine = s_
+        f = {"spine": spine, "pinned": False, "rack": role[1], "dst_rack": self.cluster.rack_of(dst_host),
+             "job": self.job_of(key), "src_host": src_host, "dst_host": dst_host, "since": time.time(),
+             "bytes": st.byte_count, "polled": None, "bps": 0.0, "adopted": True}
+        self.flows[key] = f
+        self.counters["flows_adopted"] = self.counters.get("flows_adopted", 0) + 1
+        return f
 
     @staticmethod
     def _key_of_match(m) -> Optional[FlowKey]:
@@ -170,6 +334,8 @@ class HarmonicsController(app_manager.OSKenApp):
 
     def close(self):
         self._stop.set()
+        if self._rest is not None:
+            self._rest.shutdown()
         try:
             self._write_status()
         except Exception:
@@ -188,10 +354,16 @@ class HarmonicsController(app_manager.OSKenApp):
         with self.lock:
             self.datapaths[dp.id] = dp
             self.counters["switch_connects"] += 1
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        # start from an empty table: a reconnecting switch may hold stale entries
-        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        # The base entries are (re)written; per-flow entries a switch kept while no controller
+        # was connected stay and keep forwarding: the first flow-stats reply adopts them and
+        # the next epoch re-applies the schedule to them.
+        # meters are ours alone: start each switch from none (a restarted controller numbers
+        # them afresh; the flows that used old ones are re-learned from packet-ins)
+        dp.send_msg(dp.ofproto_parser.OFPMeterMod(dp, command=dp.ofproto.OFPMC_DELETE, flags=0,
+                                                  meter_id=dp.ofproto.OFPM_ALL, bands=[]))
+        with self.lock:
+            for k in [k for k in self.meters if k[0] == dp.id]:
+                del self.meters[k]
         if role[0] == "tor":
             self._setup_tor(dp, role[1])
         else:

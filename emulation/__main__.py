@@ -3,6 +3,8 @@
   python -m emulation check SCENARIO [--seconds S] [--hold S] [--out DIR]
       bring the scenario's cluster up under the controller, check reachability (ping
       and TCP between every pair), measure shaping and spine spreading, print a table
+  python -m emulation run SCENARIO --policy P --out DIR
+      run a scenario's jobs under a policy (see emulation/runner.py)
   python -m emulation cleanup
       remove what emulation runs that died (SIGKILL) left behind - only theirs
 """
@@ -86,6 +88,8 @@ def main(argv=None) -> int:
     c.set_defaults(func=cmd_check)
     k = sub.add_parser("cleanup", help="remove what dead runs left behind")
     k.set_defaults(func=cmd_cleanup)
+    from .runner import add_run_parser
+    add_run_parser(sub)
     args = ap.parse_args(argv)
     try:
         return args.func(args)
@@ -97,7 +101,9 @@ def main(argv=None) -> int:
         return 130
     except Exception as e:  # one clear line, not a traceback, for known failures
         from .net import EmulationError
-        if isinstance(e, EmulationError):
+        from .jobspec import JobSpecError
+        from .runner import RunFailed
+        if isinstance(e, (EmulationError, RunFailed, JobSpecError)):
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise

@@ -179,6 +179,8 @@ class EmulatedCluster:
             # quiet hosts: no IPv6 chatter; the experiment's congestion control
             h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
             h.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={self.emu.tcp_cc}")
+            # collectives restart after every compute phase: keep the window, as RDMA would
+            h.cmd("sysctl -qw net.ipv4.tcp_slow_start_after_idle=0")
 
     def wait_switches(self, timeout: float) -> None:
         want = len(self.cluster.tors) + len(self.cluster.spines)

@@ -19,7 +19,7 @@ tests/test_enforcement.py).
 from __future__ import annotations
 
 import subprocess
-from typing import Iterable, List, Sequence
+from typing import Dict, Iterable, List, Sequence
 
 # DSCP of priority class k (k = 0 highest); the last class is best effort
 CLASS_DSCP: Sequence[int] = (46, 34, 26, 18, 10, 12, 4, 0)
@@ -63,6 +63,12 @@ def install_classes(devs: Iterable[str], mbps: float, num_classes: int) -> None:
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+
+
+def install_classes_map(devs: Dict[str, float], num_classes: int) -> None:
+    """Install the tree on every interface of ``devs`` (interface -> link rate, Mbit/s)."""
+    for dev, mbps in devs.items():
+        install_classes([dev], mbps, num_classes)
 
 
 def class_bytes(dev: str) -> dict:

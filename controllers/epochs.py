@@ -1,0 +1,98 @@
+"""The per-epoch decision step, shared by the emulator's controller (and usable by any
+back end): measurements in, the policy's decisions out, with a log record.
+
+Pure Python (no os-ken): the controller feeds it the byte series it polled from the
+switches; units are converted back to the trace's (bytes x bytes_scale, seconds /
+time_scale) before the policy sees anything, so a policy decides on the same numbers
+in the emulator and in the simulator.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from controllers.schedulers import get_policy
+from controllers.schedulers.base import ClusterState, Decision, Decisions, decisions_from_json, job_state
+from controllers.schedulers.model import apply_estimates, estimate_from_measurements
+from workloads.scenario import ResolvedScenario
+
+Series = Mapping[Tuple[str, str], Sequence[float]]
+
+
+class StaticPolicy:
+    """Decisions read from a JSON file (job -> Decision fields) at every epoch: a fixed
+    schedule to study by hand, and the enforcement tests' way to swap classes mid-run."""
+    name = "static"
+    uses_priorities = True
+    uses_shifts = True
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+
+    def decide(self, state: ClusterState) -> Decisions:
+        try:
+            ds = decisions_from_json(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        names = {j.name for j in state.jobs}
+        return {k: v for k, v in ds.items() if k in names}
+
+
+def make_policy(name: str, **kw):
+    if name == "static":
+        return StaticPolicy(kw["path"])
+    return get_policy(name, **kw)
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    time_s: float                  # emulated seconds since the run started
+    decision_ms: float
+    active_jobs: List[str]
+    decisions: Dict[str, dict]
+    estimates: Dict[str, dict] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+
+class EpochDriver:
+    def __init__(self, resolved: ResolvedScenario, policy, *, num_classes: int,
+                 time_scale: float, bytes_scale: float, estimate_profiles: bool = False):
+        self.rs = resolved
+        self.policy = policy
+        self.num_classes = num_classes
+        self.time_scale = time_scale
+        self.bytes_scale = bytes_scale
+        self.estimate_profiles = estimate_profiles
+        self.epoch = 0
+        self._declared = {j.name: job_state(j, resolved.cluster) for j in resolved.jobs}
+
+    def step(self, now_s: float, active: Set[str], measured: Mapping[str, Series],
+             bin_s: float) -> Tuple[Decisions, EpochRecord]:
+        """One epoch: ``measured`` = job -> {(src host, dst host): emulated bytes per bin of
+        ``bin_s`` emulated seconds} over the last epoch; ``active`` = jobs running now."""
+        import copy
+
+        jobs = [copy.copy(self._declared[n]) for n in sorted(active) if n in self._declared]
+        state = ClusterState(self.rs.cluster, jobs, self.num_classes, epoch=self.epoch,
+                             time_s=now_s / self.time_scale)
+        trace = {job: {p: [b * self.bytes_scale for b in s] for p, s in series.items()}
+                 for job, series in measured.items() if job in active}
+        est = estimate_from_measurements(trace, bin_s / self.time_scale) if trace else {}
+        apply_estimates(state, est, update_profile=self.estimate_profiles)
+        t0 = time.perf_counter()
+        decisions = self.policy.decide(state)
+        ms = (time.perf_counter() - t0) * 1000
+        for d in decisions.values():
+            d.priority = min(max(int(d.priority), 0), self.num_classes - 1)
+        rec = EpochRecord(self.epoch, now_s, ms, sorted(active),
+                          {k: v.to_dict() for k, v in sorted(decisions.items())},
+                          {k: {"period_s": e.period_s, "active_fraction": e.active_fraction}
+                           for k, e in est.items()})
+        self.epoch += 1
+        return decisions, rec

@@ -1,0 +1,346 @@
+"""The scenario runner: one scenario, one policy, on the emulated cluster.
+
+  python -m emulation run SCENARIO --policy P --out DIR [--isolated measured|analytical]
+
+Builds the cluster, starts the controller with the policy, installs the priority classes
+on the shared links, captures packets with tcpdump, starts one worker process per GPU
+worker, shows progress, collects, cleans up.  Writes (trace units: seconds and bytes of
+the real cluster; the emulator's scaling is undone):
+
+  DIR/scenario.yaml      the scenario as run
+  DIR/iterations.csv     job, worker, iteration, start_s, compute_s, comm_s, end_s
+  DIR/summary.csv        job, policy, iterations, mean_iter_s, p99_iter_s, mean_comm_s,
+                         jct_s, slowdown_vs_isolated
+  DIR/decisions.jsonl    the controller's epochs: decisions with reasons, decision time
+  DIR/captures/*.pcap    headers of the captured links
+  DIR/run.json           how it went (status, timings, failures, isolated times used)
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from workloads.scenario import ResolvedScenario, Scenario, ScenarioError, dump_scenario, load_scenario, resolve
+
+from . import qos
+from .jobspec import default_port_bases, write_job_spec
+from .net import EmulatedCluster, EmulationError, terminate_as_exception
+from .topo import check_emulable
+from .worker import read_worker_log
+
+POLICIES = ("fair", "optimal", "crux", "cassini", "harmonics", "static")
+WARMUP_ITERATIONS = 1          # left out of means: connection set-up and slow start
+SNAPLEN = 128                  # captures keep headers only
+
+
+def _progress(msg: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K" + msg)
+    else:
+        sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def capture_links(ec: EmulatedCluster, what: List[str]) -> Dict[str, str]:
+    """name -> switch interface for the capture settings ('uplinks', 'hosts', 'none', link ids)."""
+    c = ec.cluster
+    out = {}
+    for w in what:
+        if w == "none":
+            continue
+        if w == "uplinks":
+            if c.spec.racks > 1:
+                for r, t in enumerate(c.tors):
+                    for s, sp in enumerate(c.spines):
+                        out[f"{t}-{sp}"] = ec.intf_name(f"{t}>{sp}")
+        elif w == "hosts":
+            for h in c.hosts:
+                out[f"{c.tors[c.rack_of(h)]}-{h}"] = ec.intf_name(f"{c.tors[c.rack_of(h)]}>{h}")
+        else:
+            a, _, b = w.partition(">")
+            lid = w if (a.startswith(("tor", "sp"))) else f"{b}>{a}"
+            out[w.replace(">", "-")] = ec.intf_name(lid)
+    return out
+
+
+def shared_link_interfaces(ec: EmulatedCluster) -> Dict[str, float]:
+    """Egress interfaces of links jobs can share, with their emulated rate (Mbit/s)."""
+    c, emu = ec.cluster, ec.emu
+    out = {}
+    if c.spec.racks > 1:
+        up = emu.link_mbps(c.spec.uplink_gbps)
+        for t in c.tors:
+            for sp in c.spines:
+                out[ec.intf_name(f"{t}>{sp}")] = up
+                out[ec.intf_name(f"{sp}>{t}")] = up
+    if c.spec.gpus_per_host > 1:
+        for h in c.hosts:
+            out[ec.intf_name(f"{c.tors[c.rack_of(h)]}>{h}")] = emu.link_mbps(c.spec.host_link_gbps)
+    return out
+
+
+def expected_duration(rs: ResolvedScenario) -> float:
+    """Emulated seconds the run should take if every job ran alone (for the time-out)."""
+    from controllers.schedulers.base import job_state
+    ts = rs.scenario.emulation.time_scale
+    worst = 0.0
+    total = 0.0
+    for j in rs.jobs:
+        t = job_state(j, rs.cluster).iso_iter_s * j.spec.iterations
+        worst = max(worst, j.spec.arrival_s + t)
+        total += t
+    return ts * max(worst, total)
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "measured",
+                  policy_kw: Optional[dict] = None, num_classes: int = 4,
+                  capture: Optional[List[str]] = None, quiet: bool = False,
+                  events_hook=None) -> Dict[str, dict]:
+    """Run and write the results; returns the summary rows by job."""
+    rs = resolve(sc)
+    check_emulable(rs.cluster, sc.emulation)
+    if policy not in POLICIES:
+        raise ScenarioError(f"--policy: unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    if not rs.jobs:
+        raise ScenarioError("jobs: the scenario has no jobs to run")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.yaml").write_text(dump_scenario(sc))
+    emu = sc.emulation
+    ports = default_port_bases(rs.jobs)
+    for d in ("specs", "logs", "control", "done", "captures"):
+        (out / d).mkdir(exist_ok=True)
+    (out / "decisions.jsonl").write_text("")
+    info = {"scenario": sc.name, "policy": policy, "status": "running", "started": time.time(),
+            "emulation": emu.model_dump(mode="json")}
+    # the controller reads each job's start time from its spec once the spec exists
+    jobs_cfg = [{"name": j.name, "port_base": ports[j.name], "ranks": len(j.workers),
+                 "spec_path": str((out / "specs" / f"{j.name}.json").resolve())} for j in rs.jobs]
+    ctl = {"jobs": jobs_cfg, "policy": policy, "policy_kw": policy_kw or {},
+           "scenario_path": str((out / "scenario.yaml").resolve()), "epoch_s": emu.epoch_s,
+           "poll_s": emu.epoch_s / 5, "num_classes": num_classes, "bandwidth_scale": emu.bandwidth_scale,
+           "control_dir": str((out / "control").resolve()), "done_dir": str((out / "done").resolve()),
+           "decisions_log": str((out / "decisions.jsonl").resolve())}
+    from .net import free_tcp_port
+    ctl["rest_port"] = free_tcp_port()
+    procs: Dict[str, list] = {}
+    captures = []
+    t_begin = time.time()
+    with terminate_as_exception():
+        ec = EmulatedCluster(sc, out, controller_config=ctl)
+        try:
+            ec.start()
+            # the run's clock starts once the cluster is up: jobs start relative to it
+            start_at = time.time() + 3.0 + 0.05 * sum(len(j.workers) for j in rs.jobs)
+            qos.install_classes_map(shared_link_interfaces(ec), num_classes)
+            for name, intf in capture_links(ec, capture if capture is not None else emu.capture).items():
+                p = subprocess.Popen(["tcpdump", "-i", intf, "-s", str(SNAPLEN), "-Z", "root", "-U", "-n",
+                                      "-w", str(out / "captures" / f"{name}.pcap"), "tcp"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                ec.state.add_process(p.pid, f"tcpdump {intf}")
+                captures.append(p)
+            for j in rs.jobs:
+                spec_path = out / "specs" / f"{j.name}.json"
+                write_job_spec(j, rs.cluster, emu, spec_path, port_base=ports[j.name],
+                               start_at=start_at + j.spec.arrival_s * emu.time_scale,
+                               control_dir=out / "control", log_path=out / "logs" / f"{j.name}.csv")
+                procs[j.name] = [ec.popen(w.host, [sys.executable, "-m", "emulation.worker", "--spec",
+                                                   str(spec_path), "--rank", str(w.rank)],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                 for w in j.workers]
+            deadline = start_at + 3 * expected_duration(rs) + 60
+            failures = _wait(rs, procs, out, deadline, quiet, ec, events_hook, start_at)
+            info["failures"] = failures
+        except BaseException as e:
+            info["status"] = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else "failed"
+            info["error"] = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            for p in captures:
+                if p.poll() is None:
+                    p.send_signal(2)
+            for p in captures:
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            ec.stop()
+            info["wall_s"] = time.time() - t_begin
+            (out / "run.json").write_text(json.dumps(info, indent=1, default=str))
+    rows = collect(rs, policy, out, isolated)
+    info["status"] = "failed" if info.get("failures") else "ok"
+    info["isolated"] = {k: v["isolated_iter_s"] for k, v in rows.items()}
+    (out / "run.json").write_text(json.dumps(info, indent=1, default=str))
+    return rows
+
+
+def _wait(rs, procs, out: Path, deadline: float, quiet: bool, ec, events_hook, start_at) -> List[str]:
+    failures = []
+    done = set()
+    last = 0.0
+    total_it = {j.name: j.spec.iterations for j in rs.jobs}
+    while len(done) < len(procs):
+        now = time.time()
+        for name, ps in procs.items():
+            if name in done:
+                continue
+            if all(p.poll() is not None for p in ps):
+                done.add(name)
+                (out / "done" / name).touch()
+                bad = [(i, p.returncode) for i, p in enumerate(ps) if p.returncode != 0]
+                if bad:
+                    errs = "; ".join((ps[i].stderr.read() or b"").decode(errors="replace").strip()[-200:]
+                                     for i, _ in bad[:2])
+                    failures.append(f"{name}: ranks {[i for i, _ in bad]} exited {[c for _, c in bad]}: {errs}")
+                for p in ps:
+                    p.stderr.close()
+        if events_hook is not None:
+            events_hook(ec, now - start_at)
+        if now > deadline:
+            for name, ps in procs.items():
+                if name not in done:
+                    failures.append(f"{name}: timed out")
+                    for p in ps:
+                        p.kill()
+            break
+        if not quiet and now - last > 2.0:
+            last = now
+            parts = []
+            for j in rs.jobs:
+                rows = [r for r in read_worker_log(out / "logs" / f"{j.name}.csv") if r["status"] == "ok"]
+                it = (max(r["iteration"] for r in rows) + 1) if rows else 0
+                parts.append(f"{j.name} {it}/{total_it[j.name]}")
+            el = max(0.0, now - start_at)
+            _progress(f"[{el:6.1f} s] " + "  ".join(parts))
+        time.sleep(0.2)
+    if not quiet and sys.stderr.isatty():
+        sys.stderr.write("\n")
+    return failures
+
+
+def _p99(xs) -> float:
+    return float(np.percentile(xs, 99)) if len(xs) else float("nan")
+
+
+def collect(rs: ResolvedScenario, policy: str, out: Path, isolated: str) -> Dict[str, dict]:
+    """iterations.csv and summary.csv from the workers' logs (trace units)."""
+    ts = rs.scenario.emulation.time_scale
+    iso = isolated_times(rs, isolated, out)
+    rows = {}
+    with open(out / "iterations.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["job", "worker", "iteration", "start_s", "compute_s", "comm_s", "end_s"])
+        for j in rs.jobs:
+            log = [r for r in read_worker_log(out / "logs" / f"{j.name}.csv") if r["status"] == "ok"]
+            log.sort(key=lambda r: (r["iteration"], r["rank"]))
+            for r in log:
+                w.writerow([j.name, r["rank"], r["iteration"]] +
+                           [f"{r[k] / ts:.6f}" for k in ("start_s", "compute_s", "comm_s", "end_s")])
+            its = [(r["end_s"] - r["start_s"]) / ts for r in log if r["iteration"] >= WARMUP_ITERATIONS]
+            comm = [r["comm_s"] / ts for r in log if r["iteration"] >= WARMUP_ITERATIONS]
+            n_it = len({r["iteration"] for r in log})
+            mean = float(np.mean(its)) if its else float("nan")
+            rows[j.name] = {
+                "job": j.name, "policy": policy, "iterations": n_it,
+                "mean_iter_s": mean, "p99_iter_s": _p99(its),
+                "mean_comm_s": float(np.mean(comm)) if comm else float("nan"),
+                "jct_s": max((r["end_s"] for r in log), default=float("nan")) / ts,
+                "slowdown_vs_isolated": mean / iso[j.name] if iso.get(j.name) else float("nan"),
+                "isolated_iter_s": iso.get(j.name, float("nan")),
+            }
+    cols = ["job", "policy", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s", "jct_s",
+            "slowdown_vs_isolated"]
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in rows.values():
+            w.writerow([r[c] if not isinstance(r[c], float) else f"{r[c]:.6f}" for c in cols])
+    return rows
+
+
+def analytical_isolated(rs: ResolvedScenario) -> Dict[str, float]:
+    from controllers.schedulers.base import job_state
+    return {j.name: job_state(j, rs.cluster).iso_iter_s for j in rs.jobs}
+
+
+def isolated_times(rs: ResolvedScenario, how: str, out: Path) -> Dict[str, float]:
+    """Iteration time of every job alone: analytical (the model's), or measured by running
+    each job alone on the same emulated cluster (cached per job, cluster and scaling)."""
+    if how == "analytical":
+        return analytical_isolated(rs)
+    if how == "none":
+        return {}
+    cache = Path(os.environ.get("HARMONICS_CACHE", Path.home() / ".cache" / "harmonics" / "isolated"))
+    res = {}
+    sc = rs.scenario
+    for j in rs.jobs:
+        alone = sc.model_copy(update={"jobs": [j.spec.model_copy(update={"arrival_s": 0.0})],
+                                      "name": f"{sc.name}-alone-{j.name}"})
+        key = hashlib.sha256(json.dumps({"c": sc.cluster.model_dump(mode="json"),
+                                         "e": sc.emulation.model_dump(mode="json"),
+                                         "j": j.spec.model_dump(mode="json"),
+                                         "p": j.profile.model_dump(mode="json"),
+                                         "w": [(w.host, w.gpu) for w in j.workers]},
+                                        sort_keys=True).encode()).hexdigest()[:16]
+        hit = cache / f"{key}.json"
+        if hit.exists():
+            res[j.name] = json.loads(hit.read_text())["mean_iter_s"]
+            continue
+        _progress(f"measuring {j.name} alone (isolated iteration time)")
+        sub = out / "isolated" / j.name
+        r = run_emulation(alone, "fair", sub, isolated="none", capture=["none"], quiet=True)[j.name]
+        if not math.isfinite(r["mean_iter_s"]):
+            raise RunFailed(f"isolated run of {j.name} failed; see {sub}")
+        cache.mkdir(parents=True, exist_ok=True)
+        hit.write_text(json.dumps({"mean_iter_s": r["mean_iter_s"], "job": j.name, "scenario": sc.name}))
+        res[j.name] = r["mean_iter_s"]
+    return res
+
+
+def print_summary(rows: Dict[str, dict], out: Path) -> None:
+    print(f"{'job':<12} {'policy':<10} {'iters':>5} {'mean iter s':>12} {'p99 iter s':>11} "
+          f"{'comm s':>9} {'JCT s':>9} {'slowdown':>9}")
+    for r in rows.values():
+        print(f"{r['job']:<12} {r['policy']:<10} {r['iterations']:>5} {r['mean_iter_s']:12.4f} "
+              f"{r['p99_iter_s']:11.4f} {r['mean_comm_s']:9.4f} {r['jct_s']:9.3f} "
+              f"{r['slowdown_vs_isolated']:9.3f}")
+    print(f"results in {out}")
+
+
+def add_run_parser(sub) -> None:
+    p = sub.add_parser("run", help="run a scenario under one policy on the emulated cluster")
+    p.add_argument("scenario")
+    p.add_argument("--policy", default="fair", help=f"one of {', '.join(POLICIES)}")
+    p.add_argument("--out", default=None, help="results directory (default results/<scenario>/<time>-<policy>)")
+    p.add_argument("--isolated", choices=["measured", "analytical"], default="measured",
+                   help="where slowdown's isolated iteration time comes from")
+    p.add_argument("--static", default=None, help="decisions JSON for --policy static")
+    p.add_argument("--classes", type=int, default=4, help="priority classes the network enforces")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args) -> int:
+    sc = load_scenario(args.scenario)
+    out = Path(args.out) if args.out else Path("results") / sc.name / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.policy}"
+    kw = {"path": str(Path(args.static).resolve())} if args.policy == "static" else {}
+    if args.policy == "static" and not args.static:
+        raise ScenarioError("--static: a decisions file is needed with --policy static")
+    if out.exists() and any(out.iterdir()):
+        raise ScenarioError(f"--out: {out} exists and is not empty")
+    rows = run_emulation(sc, args.policy, out, isolated=args.isolated, policy_kw=kw, num_classes=args.classes)
+    print_summary(rows, out)
+    return 0 if all(math.isfinite(r["mean_iter_s"]) for r in rows.values()) else 1
