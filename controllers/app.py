@@ -82,6 +82,7 @@ class HarmonicsController(app_manager.OSKenApp):
         self.decisions: Dict[str, Decision] = {}
         self.meters: Dict[Tuple[int, str, str], Tuple[int, int]] = {}  # (dpid, job, link) -> (id, kbps)
         self._next_meter = 1
+        self.meter_burst_s = float(self.config.get("meter_burst_s", 0.2))
         self.poll_s = float(self.config.get("poll_s", 1.0))
         self._stop = threading.Event()
         # the epoch loop: measure, decide, apply (only when the run names a policy)
@@ -549,9 +550,9 @@ class HarmonicsController(app_manager.OSKenApp):
         mid = have[0] if have else self._next_meter
         if not have:
             self._next_meter += 1
-        # burst: 50 ms at the meter's rate (at least 64 kbit) lets TCP hold the rate
-        # (see docs/fidelity.md for the measurement behind this choice)
-        burst = max(64, kbps // 20)
+        # burst: meter_burst_s at the meter's rate, and at least 8 GSO super-frames (64 KB)
+        # so TCP can hold the rate (see docs/fidelity.md for the measurement behind it)
+        burst = int(max(8 * 64 * 8, kbps * self.meter_burst_s))
         band = parser.OFPMeterBandDrop(rate=kbps, burst_size=burst)
         dp.send_msg(parser.OFPMeterMod(dp, command=ofp.OFPMC_MODIFY if have else ofp.OFPMC_ADD,
                                        flags=ofp.OFPMF_KBPS | ofp.OFPMF_BURST, meter_id=mid,

@@ -148,7 +148,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
             start_at = time.time() + 3.0 + 0.05 * sum(len(j.workers) for j in rs.jobs)
             qos.install_classes_map(shared_link_interfaces(ec), num_classes)
             for name, intf in capture_links(ec, capture if capture is not None else emu.capture).items():
-                p = subprocess.Popen(["tcpdump", "-i", intf, "-s", str(SNAPLEN), "-Z", "root", "-U", "-n",
+                p = subprocess.Popen(["tcpdump", "-i", intf, "-s", str(SNAPLEN), "-Z", "root", "-U", "-n", "--immediate-mode",
                                       "-w", str(out / "captures" / f"{name}.pcap"), "tcp"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 ec.state.add_process(p.pid, f"tcpdump {intf}")

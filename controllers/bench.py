@@ -1,0 +1,239 @@
+"""Scheduling-time and quality benchmark of the policies.
+
+    python -m controllers.bench                 # decision time per epoch at 64 .. 16,384 GPUs
+                                                # + the quality table
+    python -m controllers.bench --scale-only    # decision times only
+    python -m controllers.bench --quality       # quality table only
+    python -m controllers.bench --sizes 64 1024 --optimal-limit 30
+
+Decision time = wall time of one cold ``Policy.decide`` (first epoch: nothing cached) on one
+core; Harmonics also reports its critical path (the slowest rack per phase + the Coordinator:
+its time if the racks' Local Schedulers ran in parallel) and a warm epoch (state unchanged).
+Scenarios are built through the schema objects (workloads.scenario), 8 GPUs per host.
+Figures are measured, never tuned: a different machine gives different numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from workloads.cluster import ClusterSpec
+from workloads.scenario import (Collective, Compute, JobSpec, Placement, Profile, Scenario,
+                                resolve)
+from controllers.schedulers import POLICIES, get_policy, state_from_scenario
+from controllers.schedulers.model import predict
+
+# racks, hosts per rack, spines for each cluster size (8 GPUs per host)
+TOPOLOGIES = {
+    64: (2, 4, 2),
+    256: (4, 8, 2),
+    1024: (8, 16, 4),
+    4096: (16, 32, 8),
+    16384: (64, 32, 8),
+}
+GPUS_PER_HOST = 8
+HOST_GBPS = 200.0
+OVERSUB = 2.0
+
+
+def _profile(compute_s: float, nbytes: float) -> Profile:
+    return Profile(phases=[Compute(op="compute", seconds=compute_s),
+                           Collective(op="allreduce", bytes=nbytes)])
+
+
+def mix_scenario(gpus: int, seed: int = 1, fill: float = 0.9) -> Scenario:
+    """A data-parallel job mix on a cluster of ``gpus`` GPUs: job sizes 4..256 GPUs (4-GPU jobs
+    share hosts), compute 40-400 ms, all-reduce 25 MB-1.5 GB per iteration, packed placement in
+    allocation order with random gaps, so that some jobs span racks and some share hosts."""
+    racks, hosts, spines = TOPOLOGIES[gpus]
+    rng = random.Random(seed)
+    uplink = hosts * HOST_GBPS / (spines * OVERSUB)
+    cluster = ClusterSpec(racks=racks, hosts_per_rack=hosts, spines=spines,
+                          gpus_per_host=GPUS_PER_HOST, host_link_gbps=HOST_GBPS, uplink_gbps=uplink)
+    slots = [f"r{r}h{h}/{g}" for r in range(racks) for h in range(hosts) for g in range(GPUS_PER_HOST)]
+    sizes = [4, 8, 16, 16, 32, 32, 64, 64, 128, 256]
+    jobs: List[JobSpec] = []
+    pos = 0
+    while pos < len(slots):
+        size = rng.choice([s for s in sizes if s <= max(4, gpus // 4)])
+        if pos + size > len(slots):
+            break
+        if rng.random() > fill:          # leave a gap of idle GPUs
+            pos += rng.choice([4, 8])
+            continue
+        compute = math.exp(rng.uniform(math.log(0.04), math.log(0.4)))
+        nbytes = math.exp(rng.uniform(math.log(25e6), math.log(1.5e9)))
+        jobs.append(JobSpec(name=f"j{len(jobs)}", iterations=100,
+                            placement=Placement(slots=slots[pos:pos + size]),
+                            profile=_profile(round(compute, 4), round(nbytes))))
+        pos += size
+    return Scenario(name=f"mix-{gpus}", backend="simulation", cluster=cluster, jobs=jobs, seed=seed)
+
+
+def _timed(policy, state) -> Tuple[float, dict]:
+    t0 = time.perf_counter()
+    d = policy.decide(state)
+    return time.perf_counter() - t0, d
+
+
+def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=print) -> Optional[float]:
+    out("== decision time per epoch (one core, cold epoch) ==")
+    out(f"{'GPUs':>6} {'jobs':>5} {'x-rack':>6} | {'fair':>8} {'crux':>8} {'cassini':>8} "
+        f"{'harmonics':>10} {'(crit.path)':>11} {'(warm)':>8} | {'optimal':>18} {'opt/harm':>10}")
+    ratio_1024 = None
+    for g in sizes:
+        sc = mix_scenario(g)
+        rs = resolve(sc)
+        st = state_from_scenario(rs)
+        cross = sum(1 for j in st.jobs if j.spans_racks)
+        t = {}
+        for name in ("fair", "crux", "cassini"):
+            t[name], _ = _timed(get_policy(name), st)
+        h = get_policy("harmonics")
+        t["harmonics"], _ = _timed(h, st)
+        crit = h.stats.get("critical_path_s", float("nan"))
+        t_warm, _ = _timed(h, st)
+        opt_txt, ratio_txt = "skipped", "-"
+        lim = optimal_limits.get(g)
+        if lim is not None:
+            o = get_policy("optimal", time_limit_s=lim)
+            t_opt, _ = _timed(o, st)
+            mark = "" if o.proven_optimal else " TIMEOUT"
+            opt_txt = f"{t_opt:.3f}s{mark}"
+            ratio = t_opt / t["harmonics"]
+            ratio_txt = f"{'>=' if not o.proven_optimal else ''}{ratio:.1f}"
+            if g == 1024:
+                ratio_1024 = ratio
+                ratio_bound = not o.proven_optimal
+        out(f"{g:>6} {len(st.jobs):>5} {cross:>6} | {t['fair']:>7.4f}s {t['crux']:>7.3f}s "
+            f"{t['cassini']:>7.3f}s {t['harmonics']:>9.3f}s {crit:>10.3f}s {t_warm:>7.4f}s | "
+            f"{opt_txt:>18} {ratio_txt:>10}")
+        sys.stdout.flush()
+    if ratio_1024 is not None and ratio_bound:
+        out("(optimal hit its time limit at 1024 GPUs: the ratio is a lower bound)")
+    return ratio_1024
+
+
+# ---------------------------------------------------------------------------
+# Quality: standard contention cases under the model
+# ---------------------------------------------------------------------------
+
+def _case(name: str, racks: int, hosts: int, spines: int, gph: int, jobs: List[Tuple[str, List[str], float, float]],
+          host_gbps: float = 100.0, uplink_gbps: float = 100.0) -> Scenario:
+    cl = ClusterSpec(racks=racks, hosts_per_rack=hosts, spines=spines, gpus_per_host=gph,
+                     host_link_gbps=host_gbps, uplink_gbps=uplink_gbps)
+    js = [JobSpec(name=n, iterations=100, placement=Placement(slots=s),
+                  profile=_profile(c, b)) for n, s, c, b in jobs]
+    return Scenario(name=name, backend="simulation", cluster=cl, jobs=js)
+
+
+def quality_cases() -> List[Scenario]:
+    """Pairs and mixes of jobs sharing uplinks, different periods and sizes.
+    300 MB on 100 Gb/s = 24 ms of ring traffic per direction."""
+    C = []
+    C.append(_case("pair-identical", 2, 2, 1, 1, [
+        ("A", ["r0h0", "r1h0"], 0.05, 300e6), ("B", ["r0h1", "r1h1"], 0.05, 300e6)]))
+    C.append(_case("pair-comm-heavy", 2, 2, 1, 1, [
+        ("A", ["r0h0", "r1h0"], 0.01, 300e6), ("B", ["r0h1", "r1h1"], 0.01, 300e6)]))
+    C.append(_case("pair-periods-1to2", 2, 2, 1, 1, [
+        ("A", ["r0h0", "r1h0"], 0.026, 300e6), ("B", ["r0h1", "r1h1"], 0.076, 300e6)]))
+    C.append(_case("pair-sizes", 2, 2, 1, 1, [
+        ("A", ["r0h0", "r1h0"], 0.05, 100e6), ("B", ["r0h1", "r1h1"], 0.08, 600e6)]))
+    C.append(_case("pair-two-spines", 2, 2, 2, 1, [
+        ("A", ["r0h0", "r1h0"], 0.03, 300e6), ("B", ["r0h1", "r1h1"], 0.03, 300e6)]))
+    C.append(_case("trio-one-uplink", 2, 3, 1, 1, [
+        ("A", ["r0h0", "r1h0"], 0.06, 300e6), ("B", ["r0h1", "r1h1"], 0.06, 200e6),
+        ("C", ["r0h2", "r1h2"], 0.09, 400e6)]))
+    C.append(_case("trio-periods", 2, 3, 1, 1, [
+        ("A", ["r0h0", "r1h0"], 0.02, 150e6), ("B", ["r0h1", "r1h1"], 0.05, 300e6),
+        ("C", ["r0h2", "r1h2"], 0.11, 300e6)]))
+    # 4 GPUs per host: jobs share host links and uplinks
+    C.append(_case("mix-shared-hosts", 2, 2, 2, 4, [
+        ("A", ["r0h0/0", "r0h0/1", "r1h0/0", "r1h0/1"], 0.05, 300e6),
+        ("B", ["r0h0/2", "r0h0/3", "r0h1/0", "r0h1/1"], 0.04, 200e6),
+        ("C", ["r0h1/2", "r0h1/3", "r1h1/0", "r1h1/1"], 0.08, 500e6),
+        ("D", ["r1h0/2", "r1h0/3", "r1h1/2", "r1h1/3"], 0.03, 150e6)]))
+    C.append(_case("mix-3-racks", 3, 2, 2, 2, [
+        ("A", ["r0h0/0", "r1h0/0"], 0.04, 300e6), ("B", ["r1h1/0", "r2h0/0"], 0.05, 300e6),
+        ("C", ["r0h1/0", "r2h1/0"], 0.06, 400e6), ("D", ["r0h0/1", "r1h1/1", "r2h1/1"], 0.1, 200e6)],
+        uplink_gbps=50.0))
+    return C
+
+
+def random_case(seed: int, max_jobs: int = 4) -> Scenario:
+    """A small random contention case: 2-3 racks of 2-3 hosts, 1-2 spines, 1-4 GPUs per host,
+    2..max_jobs jobs of 2-4 workers on random slots, compute 10-100 ms, 50-500 MB all-reduce."""
+    rng = random.Random(seed)
+    racks, hosts = rng.choice([2, 3]), rng.choice([2, 3])
+    spines, gph = rng.choice([1, 2]), rng.choice([1, 2, 4])
+    slots = [f"r{r}h{h}/{g}" for r in range(racks) for h in range(hosts) for g in range(gph)]
+    rng.shuffle(slots)
+    jobs = []
+    for k in range(rng.randint(2, max_jobs)):
+        n = rng.randint(2, 4)
+        if len(slots) < n:
+            break
+        mine, slots = slots[:n], slots[n:]
+        jobs.append((f"J{k}", sorted(mine), round(rng.uniform(0.01, 0.1), 4),
+                     round(rng.uniform(50e6, 500e6))))
+    return _case(f"random-{seed}", racks, hosts, spines, gph, jobs,
+                 uplink_gbps=rng.choice([50.0, 100.0]))
+
+
+def quality_section(optimal_limit: float, out=print) -> None:
+    names = ["fair", "crux", "cassini", "harmonics", "optimal"]
+    out("== quality: mean slowdown (iteration time / isolated) under the shared model ==")
+    out(f"{'case':<18} " + " ".join(f"{n:>9}" for n in names) + f" {'harm/opt':>9}")
+    tot = {n: 0.0 for n in names}
+    unproven = 0
+    for sc in quality_cases():
+        st = state_from_scenario(resolve(sc))
+        row = {}
+        for n in names:
+            p = get_policy(n, time_limit_s=optimal_limit) if n == "optimal" else get_policy(n)
+            d = p.decide(st)
+            row[n] = predict(st, d).mean_slowdown
+            if n == "optimal" and not p.proven_optimal:
+                unproven += 1
+        for n in names:
+            tot[n] += row[n]
+        out(f"{sc.name:<18} " + " ".join(f"{row[n]:>9.4f}" for n in names)
+            + f" {row['harmonics'] / row['optimal']:>9.4f}")
+        sys.stdout.flush()
+    k = len(quality_cases())
+    out(f"{'MEAN':<18} " + " ".join(f"{tot[n] / k:>9.4f}" for n in names)
+        + f" {tot['harmonics'] / tot['optimal']:>9.4f}")
+    if unproven:
+        out(f"({unproven} optimal result(s) hit the time limit: best found, not proven)")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="*", default=sorted(TOPOLOGIES))
+    ap.add_argument("--optimal-limit", type=float, default=30.0,
+                    help="optimal's time limit per epoch at 64..1024 GPUs (skipped above)")
+    ap.add_argument("--quality-limit", type=float, default=10.0, help="optimal's limit per quality case")
+    ap.add_argument("--quality", action="store_true", help="quality table only")
+    ap.add_argument("--scale-only", action="store_true", help="decision times only")
+    a = ap.parse_args(argv)
+    for s in a.sizes:
+        if s not in TOPOLOGIES:
+            ap.error(f"size {s} not in {sorted(TOPOLOGIES)}")
+    if not a.scale_only:
+        quality_section(a.quality_limit)
+        print()
+    if a.quality:
+        return 0
+    limits = {g: a.optimal_limit for g in a.sizes if g <= 1024}
+    ratio = scale_section(a.sizes, limits)
+    if ratio is not None:
+        print(f"decision-time ratio optimal/harmonics at 1024 GPUs: {ratio:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Helpers shared by the policies: the decision space and decision construction."""
+from __future__ import annotations
+
+import itertools
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+from .base import ClusterState, Decision
+from .model import ContentionModel
+
+DEFAULT_CAP_FRACS: Tuple[float, ...] = (1.0, 0.5)
+
+
+class Opt(NamedTuple):
+    """One job's decision in the searched space: priority class, spine (None: ECMP hash),
+    rate cap as a fraction of every link the job uses (1.0: no cap)."""
+    priority: int
+    spine: Optional[int]
+    cap: float
+
+
+def spine_options(state: ClusterState, name: str, model: ContentionModel,
+                  include_ecmp: bool = True) -> List[Optional[int]]:
+    js = model.jobs[model.index[name]]
+    if not js.spans_racks or state.cluster.spec.spines <= 1:
+        return [None]
+    opts: List[Optional[int]] = [None] if include_ecmp else []
+    return opts + list(range(state.cluster.spec.spines))
+
+
+def path_options(state: ClusterState, name: str, model: ContentionModel,
+                 cap_fracs: Sequence[float], include_ecmp: bool = True) -> List[Tuple[Optional[int], float]]:
+    return [(s, c) for s in spine_options(state, name, model, include_ecmp) for c in cap_fracs]
+
+
+def make_decision(model: ContentionModel, name: str, opt: Opt, reason: str = "") -> Decision:
+    caps: Dict[str, float] = {}
+    if opt.cap < 1.0:
+        use, _ = model.usage(name, opt.spine)
+        for l in sorted(use):
+            link = model.cluster.links[l]
+            caps[link.id] = opt.cap * link.gbps
+    return Decision(job=name, priority=int(opt.priority), rate_caps_gbps=caps, spine=opt.spine,
+                    reason=reason)
+
+
+def weak_orders(n: int, k: int) -> Iterator[Tuple[int, ...]]:
+    """Every assignment of n jobs to priority levels 0..m-1 that uses all m <= k levels
+    (strict priority depends only on the relative order, so these cover every distinct
+    outcome of assigning k classes)."""
+    if n == 0:
+        yield ()
+        return
+    for t in itertools.product(range(min(n, k)), repeat=n):
+        m = max(t) + 1
+        if len(set(t)) == m:
+            yield t
+
+
+def has_comm(model: ContentionModel, name: str) -> bool:
+    use, bmax = model.usage(name)
+    return bool(use) and bmax > 0
+
+
+def potential_links(state: ClusterState, model: ContentionModel, name: str) -> set:
+    """Every link the job may use under any spine choice."""
+    out = set()
+    for s in spine_options(state, name, model, include_ecmp=True):
+        out |= set(model.usage(name, s)[0])
+    return out
+
+
+def interaction_groups(names: Sequence[str], links_of: Dict[str, set]) -> List[List[str]]:
+    """Jobs that may share a link, transitively (union-find)."""
+    parent = {n: n for n in names}
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    owner: Dict[int, str] = {}
+    for n in names:
+        for l in links_of[n]:
+            o = owner.get(l)
+            if o is None:
+                owner[l] = n
+            else:
+                ra, rb = find(o), find(n)
+                if ra != rb:
+                    parent[ra] = rb
+    groups: Dict[str, List[str]] = {}
+    for n in names:
+        groups.setdefault(find(n), []).append(n)
+    return list(groups.values())

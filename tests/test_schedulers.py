@@ -1,0 +1,207 @@
+"""Scheduling policies: registry, Crux compression, CASSINI shift search, optimal bounds,
+Harmonics consistency."""
+import itertools
+import json
+import random
+
+import numpy as np
+import pytest
+
+from controllers.bench import mix_scenario, quality_cases, random_case
+from controllers.schedulers import POLICIES, get_policy, state_from_scenario
+from controllers.schedulers.base import decisions_from_json, decisions_to_json
+from controllers.schedulers.cassini import (best_link_shifts, circle_units, compatibility,
+                                            demand_profile)
+from controllers.schedulers.crux import (best_cut_for_order, compress_priorities, cut_weight,
+                                         random_topological_order)
+from controllers.schedulers.harmonics import CoordinatorMessage, RackSummary
+from controllers.schedulers.model import predict
+from workloads.scenario import resolve
+
+
+def small_states(n, max_jobs=3, seed0=0):
+    return [state_from_scenario(resolve(random_case(seed0 + s, max_jobs))) for s in range(n)]
+
+
+def test_registry():
+    assert set(POLICIES) == {"fair", "optimal", "crux", "cassini", "harmonics"}
+    for n in POLICIES:
+        assert get_policy(n).name == n
+    assert get_policy("optimal", time_limit_s=3).time_limit_s == 3
+    with pytest.raises(KeyError):
+        get_policy("nope")
+
+
+def test_every_policy_decides_every_job_and_round_trips_json():
+    st = state_from_scenario(resolve(quality_cases()[7]))
+    for n in POLICIES:
+        d = (get_policy(n, time_limit_s=1.0) if n == "optimal" else get_policy(n)).decide(st)
+        assert set(d) == {j.name for j in st.jobs}
+        assert all(0 <= x.priority < st.num_classes for x in d.values())
+        assert decisions_from_json(decisions_to_json(d)) == d
+
+
+# ---------------------------------------------------------------- Crux compression
+
+def random_dag(rng, n, p=0.5):
+    return [(u, v, round(rng.uniform(0.1, 5.0), 3)) for u in range(n) for v in range(u + 1, n)
+            if rng.random() < p]
+
+
+def brute_force_cut(n, edges, K):
+    best = 0.0
+    for lv in itertools.product(range(K), repeat=n):
+        w = cut_weight(lv, edges)
+        if w is not None and w > best:
+            best = w
+    return best
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_crux_compression_equals_brute_force(seed):
+    rng = random.Random(seed)
+    n, K = rng.randint(2, 6), rng.randint(1, 4)
+    edges = random_dag(rng, n, rng.uniform(0.2, 0.9))
+    # relabel so that node order is not the topological order
+    perm = list(range(n))
+    rng.shuffle(perm)
+    edges = [(perm[u], perm[v], w) for u, v, w in edges]
+    bf = brute_force_cut(n, edges, K)
+    levels, w = compress_priorities(n, edges, K, exhaustive=True)
+    assert w == pytest.approx(bf)
+    assert cut_weight(levels, edges) == pytest.approx(w)
+    assert max(levels) < K
+    # m = 10 random orders: a valid compression, never above the optimum
+    lv10, w10 = compress_priorities(n, edges, K, m=10, seed=seed)
+    assert cut_weight(lv10, edges) == pytest.approx(w10)
+    assert w10 <= bf + 1e-9
+    # the DP over one order is exact among the contiguous splits of that order
+    order = random_topological_order(n, edges, rng)
+    w1, lv1 = best_cut_for_order(order, edges, K)
+    best = 0.0
+    for cuts in itertools.combinations(range(1, n), min(K - 1, n - 1)):
+        for k in range(0, len(cuts) + 1):
+            for sub in itertools.combinations(cuts, k):
+                bounds = [0, *sub, n]
+                lv = [0] * n
+                for s in range(len(bounds) - 1):
+                    for p in range(bounds[s], bounds[s + 1]):
+                        lv[order[p]] = s
+                best = max(best, cut_weight(lv, edges))
+    assert w1 == pytest.approx(best)
+    assert cut_weight(lv1, edges) == pytest.approx(w1)
+
+
+# ---------------------------------------------------------------- CASSINI
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cassini_link_shifts_maximise_compatibility(seed):
+    rng = random.Random(seed)
+    J = rng.choice([2, 3])
+    periods = [rng.choice([0.1, 0.2, 0.3]) for _ in range(J)]
+    unit, pu, L = circle_units(periods, angles_per_period=8)
+    cap = 1.0
+    prof = np.stack([demand_profile(p, rng.uniform(0.3, 0.8) * p, rng.uniform(0.4, 1.0), L)
+                     for p in pu])
+    s, score = best_link_shifts(prof, pu, cap)
+    assert s[0] == 0
+    assert compatibility(prof, s, cap) == pytest.approx(score)
+    bf = max(compatibility(prof, [0, *rest], cap)
+             for rest in itertools.product(*[range(p) for p in pu[1:]]))
+    assert score == pytest.approx(bf)
+    # the heuristic path (no exhaustive search) is valid and not above the optimum
+    s2, score2 = best_link_shifts(prof, pu, cap, exhaustive_limit=0)
+    assert score2 <= bf + 1e-12
+    assert compatibility(prof, s2, cap) == pytest.approx(score2)
+
+
+def test_cassini_interleaves_identical_pair():
+    st = state_from_scenario(resolve(quality_cases()[0]))
+    d = get_policy("cassini").decide(st)
+    assert all(x.priority == 0 for x in d.values())
+    assert predict(st, d).mean_slowdown == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- optimal
+
+def test_optimal_never_worse_than_other_policies():
+    # policies whose decisions lie in optimal's space (classes, spines, caps); CASSINI's
+    # shifts do not, see docs/harmonics.md
+    states = small_states(14, max_jobs=3)
+    for st in states:
+        opt = get_policy("optimal", time_limit_s=60)
+        d = opt.decide(st)
+        assert opt.proven_optimal
+        assert "proven_optimal=True" in next(iter(d.values())).reason
+        best = predict(st, d).mean_slowdown
+        for n in ("fair", "crux", "harmonics"):
+            assert best <= predict(st, get_policy(n).decide(st)).mean_slowdown + 1e-9, n
+
+
+def test_optimal_time_limit_is_reported():
+    st = state_from_scenario(resolve(quality_cases()[8]))
+    opt = get_policy("optimal", time_limit_s=0.0)
+    d = opt.decide(st)
+    assert opt.proven_optimal is False
+    assert "proven_optimal=False" in next(iter(d.values())).reason
+    assert set(d) == {j.name for j in st.jobs}
+
+
+# ---------------------------------------------------------------- Harmonics
+
+def _check_consistent(st, h, d):
+    by = {j.name: j for j in st.jobs}
+    for name, js in by.items():
+        if not js.spans_racks or name not in {n for v in h.rack_views.values() for n in v}:
+            continue
+        views = [v[name] for v in h.rack_views.values() if name in v]
+        assert len(views) >= 2, name                  # every rack it touches holds it
+        assert all(v == views[0] for v in views), name
+        dec = d[name]
+        assert (dec.priority, dec.spine) == (views[0].priority, views[0].spine)
+        if views[0].cap < 1.0:
+            use = {l.id for l in st.cluster.links}
+            assert dec.rate_caps_gbps and set(dec.rate_caps_gbps) <= use
+        else:
+            assert dec.rate_caps_gbps == {}
+        assert "coordinator" in dec.reason
+
+
+@pytest.mark.parametrize("which", ["mix-256", "random"])
+def test_harmonics_one_consistent_decision_per_rack_spanning_job(which):
+    states = ([state_from_scenario(resolve(mix_scenario(256)))] if which == "mix-256"
+              else small_states(10, max_jobs=4, seed0=100))
+    for st in states:
+        h = get_policy("harmonics")
+        d = h.decide(st)
+        _check_consistent(st, h, d)
+        # the messages really are JSON and carry the coordinator's decision
+        assert h.messages
+        for m in h.messages:
+            obj = json.loads(m)
+            if "assignments" in obj:
+                msg = CoordinatorMessage.from_json(m)
+                for a in msg.assignments:
+                    assert a.job in d
+            else:
+                RackSummary.from_json(m)
+        last = [CoordinatorMessage.from_json(m) for m in h.messages if "assignments" in json.loads(m)]
+        if last:
+            for a in last[-1].assignments:
+                assert (d[a.job].priority, d[a.job].spine) == (a.priority, a.spine)
+
+
+def test_harmonics_reuses_decisions_when_state_unchanged():
+    st = state_from_scenario(resolve(mix_scenario(64)))
+    h = get_policy("harmonics")
+    d1 = h.decide(st)
+    d2 = h.decide(st)
+    assert h.stats["reused"] == 1 and d1 == d2
+
+
+def test_harmonics_beats_fair_on_standard_pairs():
+    for sc in quality_cases()[:5]:
+        st = state_from_scenario(resolve(sc))
+        h = predict(st, get_policy("harmonics").decide(st)).mean_slowdown
+        f = predict(st, get_policy("fair").decide(st)).mean_slowdown
+        assert h <= f + 1e-9, sc.name
