@@ -82,6 +82,7 @@ class HarmonicsController(app_manager.OSKenApp):
         self.decisions: Dict[str, Decision] = {}
         self.meters: Dict[Tuple[int, str, str], Tuple[int, int]] = {}  # (dpid, job, link) -> (id, kbps)
         self._next_meter = 1
+        self.down_links: set = set()          # (rack, spine) pairs whose ToR-spine link is down
         self.meter_burst_s = float(self.config.get("meter_burst_s", 0.2))
         self.poll_s = float(self.config.get("poll_s", 1.0))
         self._stop = threading.Event()
@@ -118,6 +119,7 @@ class HarmonicsController(app_manager.OSKenApp):
                 "unknown_dpids": list(self.unknown_dpids),
                 "counters": dict(self.counters),
                 "active_flows": len(self.flows),
+                "down_links": [f"tor{r}-sp{s_}" for r, s_ in sorted(self.down_links)],
                 "policy": self.config.get("policy"),
                 "epoch": self.driver.epoch if self.driver else None,
                 "decisions": (self.last_record or {}).get("decisions", {}),
@@ -270,8 +272,21 @@ class HarmonicsController(app_manager.OSKenApp):
             seq, last = self.shift_seq.get(job, (0, 0.0))
             if abs(d.shift_s - last) > 1e-6:
                 seq += 1
-                write_control(os.path.join(control_dir, f"{job}.json"), d.shift_s * self.time_scale, seq)
+                # apply at an iteration no rank has started yet, so all ranks shift together
+                at = self._last_iteration(job) + 2
+                write_control(os.path.join(control_dir, f"{job}.json"), d.shift_s * self.time_scale, seq,
+                              at_iteration=at)
                 self.shift_seq[job] = (seq, d.shift_s)
+
+    def _last_iteration(self, job: str) -> int:
+        from emulation.worker import read_worker_log
+        try:
+            with open(self.jobs[job]["spec_path"]) as f:
+                log = json.load(f)["log_path"]
+            rows = read_worker_log(log)
+        except (OSError, ValueError, KeyError):
+            return -1
+        return max((r["iteration"] for r in rows if r["status"] == "ok"), default=-1)
 
     def _start_rest(self, port: int):
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -414,6 +429,48 @@ class HarmonicsController(app_manager.OSKenApp):
                                                   ipv4_dst=(prefix, "255.255.255.0")),
                       [parser.OFPActionOutput(c.spine_tor_port(r))])
         self._add(dp, 0, 0, parser.OFPMatch(), [])
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev):
+        """A ToR-spine link going down or up: route around it at once."""
+        msg = ev.msg
+        dp, ofp = msg.datapath, msg.datapath.ofproto
+        role = self.dpid_role.get(dp.id)
+        if role is None or self.cluster.spec.racks < 2:
+            return
+        port = msg.desc.port_no
+        down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN) \
+            or msg.reason == ofp.OFPPR_DELETE
+        link = None
+        if role[0] == "tor":
+            for s_ in range(self.cluster.spec.spines):
+                if port == self.cluster.tor_spine_port(s_):
+                    link = (role[1], s_)
+        elif 1 <= port <= self.cluster.spec.racks:
+            link = (port - 1, role[1])
+        if link is None:
+            return
+        with self.lock:
+            if down == (link in self.down_links):
+                return
+            if down:
+                self.down_links.add(link)
+            else:
+                self.down_links.discard(link)
+            self.counters["link_events"] = self.counters.get("link_events", 0) + 1
+            LOG.warning("link tor%d-sp%d %s", link[0], link[1], "DOWN" if down else "up")
+            if not down:
+                return
+            moved = 0
+            for key, f in list(self.flows.items()):
+                if f["spine"] == link[1] and link[0] in (f["rack"], f["dst_rack"]):
+                    f["spine"], f["pinned"] = self._choose_spine(key, f.get("job"), f["src_host"],
+                                                                 f["dst_host"], f["rack"], f["dst_rack"])
+                    tor = self._tor_dp(f["rack"])
+                    if tor is not None:
+                        self._install_flow(tor, key, f, modify=True)
+                    moved += 1
+            self.counters["flows_rerouted"] = self.counters.get("flows_rerouted", 0) + moved
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _gone(self, ev):
@@ -583,6 +640,9 @@ class HarmonicsController(app_manager.OSKenApp):
                 d = decisions.get(f["job"])
                 if f["spine"] is not None and d is not None:
                     want = d.spine_for(f["src_host"], f["dst_host"])
+                    if want is not None and ((f["rack"], want) in self.down_links
+                                             or (f["dst_rack"], want) in self.down_links):
+                        want = None  # never pin onto a dead link
                     if want is not None and want != f["spine"]:
                         f["spine"], f["pinned"] = want, True
                 dp = self._tor_dp(f["rack"])
@@ -620,16 +680,18 @@ class HarmonicsController(app_manager.OSKenApp):
     def _choose_spine(self, key, job, src_host, dst_host, rack, dst_rack) -> Tuple[int, bool]:
         d = self.decisions.get(job or "")
         pin = d.spine_for(src_host, dst_host) if d is not None else None
-        if pin is not None:
-            return pin % self.cluster.spec.spines, True
         n = self.cluster.spec.spines
+        usable = [s_ for s_ in range(n) if (rack, s_) not in self.down_links
+                  and (dst_rack, s_) not in self.down_links] or list(range(n))
+        if pin is not None and pin % n in usable:
+            return pin % n, True
         load = [0] * n
         for f in self.flows.values():
             if f["spine"] is not None and self._active(f) and (f["rack"] == rack or f["dst_rack"] == dst_rack):
                 # the flow shares our uplink, or the spine's downlink to our destination
                 load[f["spine"]] += (f["rack"] == rack) + (f["dst_rack"] == dst_rack)
         h = zlib.crc32(repr(key).encode())
-        return min(range(n), key=lambda s: (load[s], (s + h) % n)), False
+        return min(usable, key=lambda s: (load[s], (s + h) % n)), False
 
     def _forget(self, key):
         self.flows.pop(key, None)

@@ -106,6 +106,34 @@ class RunFailed(RuntimeError):
     pass
 
 
+class FaultInjector:
+    """Fires the scenario's events (link down/up, controller restart) at their times and
+    records them in run.json's "events"."""
+
+    def __init__(self, sc: Scenario, info: dict):
+        self.pending = sorted(sc.events, key=lambda e: e.at_s)
+        self.ts = sc.emulation.time_scale
+        self.log = info.setdefault("events", [])
+
+    def __call__(self, ec: EmulatedCluster, elapsed: float) -> None:
+        while self.pending and self.pending[0].at_s * self.ts <= elapsed:
+            e = self.pending.pop(0)
+            rec = {"at_s": e.at_s, "kind": e.kind, "link": e.link, "fired_at_emulated_s": round(elapsed, 3)}
+            if e.kind in ("link-down", "link-up"):
+                tor, sp = e.link.split("-")
+                ec.net.configLinkStatus(tor, sp, "down" if e.kind == "link-down" else "up")
+            else:
+                old = ec.controller_proc.pid
+                ec.stop_controller()
+                time.sleep(e.down_s)
+                ec.start_controller()
+                ec.wait_switches(30)
+                rec.update(old_pid=old, new_pid=ec.controller_proc.pid)
+            rec["done_at_emulated_s"] = round(elapsed + (e.down_s if e.kind == "controller-restart" else 0), 3)
+            self.log.append(rec)
+            _progress(f"event: {e.kind} {e.link or ''} at {elapsed:.1f} s (emulated)")
+
+
 def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "measured",
                   policy_kw: Optional[dict] = None, num_classes: int = 4,
                   capture: Optional[List[str]] = None, quiet: bool = False,
@@ -163,7 +191,8 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                                  for w in j.workers]
             deadline = start_at + 3 * expected_duration(rs) + 60
-            failures = _wait(rs, procs, out, deadline, quiet, ec, events_hook, start_at)
+            hook = events_hook or FaultInjector(sc, info)
+            failures = _wait(rs, procs, out, deadline, quiet, ec, hook, start_at)
             info["failures"] = failures
         except BaseException as e:
             info["status"] = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else "failed"

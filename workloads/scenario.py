@@ -154,6 +154,8 @@ class EmulationSpec(_Strict):
                                description="'uplinks', 'hosts', 'none' or link ids like 'tor0>sp0'")
     epoch_s: PositiveFloat = Field(1.0, description="controller epoch, emulated seconds")
     max_host_link_mbps: PositiveFloat = 100.0
+    gso_max_bytes: Optional[int] = Field(16384, ge=1500, le=65536,
+                                         description="hosts' largest segmentation-offload frame (null: kernel default)")
 
     @property
     def bytes_scale(self) -> float:
@@ -161,6 +163,21 @@ class EmulationSpec(_Strict):
 
     def link_mbps(self, gbps: float) -> float:
         return gbps * 1000.0 / self.bandwidth_scale
+
+
+class Event(_Strict):
+    """Something that happens to the emulated cluster during a run (faults)."""
+    at_s: NonNegativeFloat = Field(description="trace seconds after the run's start")
+    kind: Literal["link-down", "link-up", "controller-restart"]
+    link: Optional[str] = Field(None, pattern=r"^tor[0-9]+-sp[0-9]+$",
+                                description="for link events: a ToR-spine link, e.g. tor0-sp1")
+    down_s: NonNegativeFloat = Field(2.0, description="controller-restart: emulated seconds it stays down")
+
+    @model_validator(mode="after")
+    def _link(self):
+        if self.kind.startswith("link") and self.link is None:
+            raise ValueError(f"{self.kind} needs a link, e.g. tor0-sp1")
+        return self
 
 
 class Scenario(_Strict):
@@ -172,11 +189,15 @@ class Scenario(_Strict):
     jobs: List[JobSpec] = Field(default_factory=list)
     emulation: EmulationSpec = EmulationSpec()
     seed: int = 0
-    events: List[Dict[str, Any]] = Field(default_factory=list,
-                                         description="faults: {at_s, kind: link-down|controller-restart, ...}")
+    events: List[Event] = Field(default_factory=list, description="faults during an emulated run")
 
     @model_validator(mode="after")
     def _names(self):
+        for i, e in enumerate(self.events):
+            if e.link is not None:
+                r, sp = (int(x) for x in e.link[3:].split("-sp"))
+                if r >= self.cluster.racks or sp >= self.cluster.spines:
+                    raise ValueError(f"events.{i}.link: {e.link} is not a link of this cluster")
         seen = set()
         for j in self.jobs:
             if j.name in seen:
