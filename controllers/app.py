@@ -380,6 +380,8 @@ class HarmonicsController(app_manager.OSKenApp):
         with self.lock:
             for k in [k for k in self.meters if k[0] == dp.id]:
                 del self.meters[k]
+        # learn which ports are down already (a restarted controller hears no PortStatus for them)
+        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
         if role[0] == "tor":
             self._setup_tor(dp, role[1])
         else:
@@ -430,17 +432,24 @@ class HarmonicsController(app_manager.OSKenApp):
                       [parser.OFPActionOutput(c.spine_tor_port(r))])
         self._add(dp, 0, 0, parser.OFPMatch(), [])
 
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def _port_desc(self, ev):
+        for p in ev.msg.body:
+            self._port_change(ev.msg.datapath, p, deleted=False)
+
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def _port_status(self, ev):
-        """A ToR-spine link going down or up: route around it at once."""
         msg = ev.msg
-        dp, ofp = msg.datapath, msg.datapath.ofproto
+        self._port_change(msg.datapath, msg.desc, deleted=msg.reason == msg.datapath.ofproto.OFPPR_DELETE)
+
+    def _port_change(self, dp, desc, deleted: bool):
+        """A ToR-spine link going down or up: route around it at once."""
+        ofp = dp.ofproto
         role = self.dpid_role.get(dp.id)
         if role is None or self.cluster.spec.racks < 2:
             return
-        port = msg.desc.port_no
-        down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN) \
-            or msg.reason == ofp.OFPPR_DELETE
+        port = desc.port_no
+        down = bool(desc.state & ofp.OFPPS_LINK_DOWN) or bool(desc.config & ofp.OFPPC_PORT_DOWN) or deleted
         link = None
         if role[0] == "tor":
             for s_ in range(self.cluster.spec.spines):

@@ -210,13 +210,14 @@ class EmulatedCluster:
             for p in self.host_procs:
                 cleanup.kill_process(p.pid, grace=1.0)
             self.host_procs = []
+            # the controller goes first: its last status is the run's, not the teardown's
+            self.stop_controller()
             if self.net is not None:
                 try:
                     self.net.stop()
                 except Exception as e:  # fall back to the record below
                     print(f"warning: mininet stop: {e}", file=sys.stderr)
                 self.net = None
-            self.stop_controller()
             if self.state is not None:
                 self.state.clean()
                 self.state = None
