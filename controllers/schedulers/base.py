@@ -109,13 +109,32 @@ def job_state(job: ResolvedJob, cluster: Cluster, iso_iter_s: Optional[float] = 
         name=job.name,
         hosts=job.hosts,
         racks=job.racks(cluster),
-        compute_s=job.profile.compute_s,
+        compute_s=non_overlapped_compute(job.profile),
         pair_bytes=host_pair_bytes(job),
         iso_iter_s=0.0,
         gpus=len(job.workers),
     )
-    st.iso_iter_s = iso_iter_s if iso_iter_s is not None else isolated_iteration_time(st, cluster)
+    # an iteration never ends before its compute does, whatever the overlap hides
+    st.iso_iter_s = iso_iter_s if iso_iter_s is not None else max(
+        job.profile.compute_s, isolated_iteration_time(st, cluster))
     return st
+
+
+def non_overlapped_compute(profile) -> float:
+    """Compute per iteration that no collective runs alongside: a collective with overlap f
+    starts after (1 - f) of the compute phase before it, so f of that phase is hidden behind
+    communication (exact when the collective outlasts that window, as on a busy network)."""
+    from workloads.scenario import Collective, Compute
+
+    total, prev = 0.0, None
+    for p in profile.phases:
+        if isinstance(p, Compute):
+            total += p.seconds
+            prev = p
+        elif isinstance(p, Collective) and prev is not None and p.overlap > 0:
+            total -= p.overlap * prev.seconds
+            prev = None  # only the first collective after a compute phase overlaps it
+    return max(total, 0.0)
 
 
 def state_from_scenario(rs: ResolvedScenario, num_classes: int = 4) -> ClusterState:
