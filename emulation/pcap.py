@@ -32,6 +32,7 @@ import csv
 import json
 import math
 import re
+import socket
 import struct
 import sys
 from dataclasses import dataclass, field
@@ -295,10 +296,12 @@ def _open(path: str):
 
 
 def analyze_pcap(path: Union[str, Path], jobs=None, bin_s: float = 0.1,
-                 t0: Optional[float] = None) -> PcapAnalysis:
+                 t0: Optional[float] = None, src_ips=None) -> PcapAnalysis:
     """Stream the capture once.  ``jobs``: anything load_port_map accepts (None: one
     pseudo-job 'tcp' holding all TCP).  Bins start at ``t0`` (epoch seconds; default the
-    first packet); packets before t0 are counted in the totals but not in the series."""
+    first packet); packets before t0 are counted in the totals but not in the series.
+    ``src_ips``: count only packets from these addresses (one direction of a link: a
+    capture on a ToR's uplink port sees both)."""
     if not bin_s > 0:
         raise PcapError(f"bin must be > 0 (got {bin_s})")
     catch_all = jobs is None
@@ -311,6 +314,7 @@ def analyze_pcap(path: Union[str, Path], jobs=None, bin_s: float = 0.1,
                                 f" and {j.name}")
             port_job[p] = k
     traffic = [JobTraffic(j.name, j.port_base, j.ranks) for j in job_list]
+    src_filter = None if src_ips is None else {socket.inet_aton(a) for a in src_ips}
     series: List[List[int]] = [[] for _ in job_list]
     conns: Dict[Tuple[bytes, int, bytes, int], _Coverage] = {}
     reader = _open(str(path))
@@ -343,6 +347,8 @@ def analyze_pcap(path: Union[str, Path], jobs=None, bin_s: float = 0.1,
                 continue
             vihl, tos, tot_len, ttl, proto, src, dst = unpack_ip(data, off)
             if vihl >> 4 != 4 or proto != 6:
+                continue
+            if src_filter is not None and src not in src_filter:
                 continue
             ihl = (vihl & 0x0F) * 4
             t = off + ihl

@@ -38,7 +38,10 @@ from .net import EmulatedCluster, EmulationError, terminate_as_exception
 from .topo import check_emulable
 from .worker import read_worker_log
 
-POLICIES = ("fair", "optimal", "crux", "cassini", "harmonics", "static")
+def known_policies() -> tuple:
+    """The scheduler registry's policies, plus 'static' (decisions from a file)."""
+    from controllers.schedulers import POLICIES
+    return tuple(POLICIES) + ("static",)
 WARMUP_ITERATIONS = 1          # left out of means: connection set-up and slow start
 SNAPLEN = 128                  # captures keep headers only
 
@@ -141,8 +144,8 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
     """Run and write the results; returns the summary rows by job."""
     rs = resolve(sc)
     check_emulable(rs.cluster, sc.emulation)
-    if policy not in POLICIES:
-        raise ScenarioError(f"--policy: unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    if policy not in known_policies():
+        raise ScenarioError(f"--policy: unknown policy {policy!r} (known: {', '.join(known_policies())})")
     if not rs.jobs:
         raise ScenarioError("jobs: the scenario has no jobs to run")
     out = Path(out)
@@ -353,7 +356,7 @@ def print_summary(rows: Dict[str, dict], out: Path) -> None:
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="run a scenario under one policy on the emulated cluster")
     p.add_argument("scenario")
-    p.add_argument("--policy", default="fair", help=f"one of {', '.join(POLICIES)}")
+    p.add_argument("--policy", default="fair", help="a policy of controllers.schedulers.POLICIES, or static")
     p.add_argument("--out", default=None, help="results directory (default results/<scenario>/<time>-<policy>)")
     p.add_argument("--isolated", choices=["measured", "analytical"], default="measured",
                    help="where slowdown's isolated iteration time comes from")

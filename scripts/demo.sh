@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job: set up what is missing, bring the emulated leaf-spine cluster up under the
-# controller, check it with real traffic, and print the table.
+# The main job: set up what is missing, then run the default scenario (two jobs whose rings
+# share a spine link) on the emulated cluster under every policy - fair, optimal, Crux,
+# CASSINI, Harmonics - and end with the comparison table and plots in results/.
+# Options go to `python -m analysis compare` (e.g. --policies fair,harmonics).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 as_root "$@"
 "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-exec "$PY" -m emulation check scenarios/leaf-spine-2x2x2.yaml "$@"
+exec "$PY" -m analysis compare scenarios/pair-shared-spine.yaml "$@"

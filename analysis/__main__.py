@@ -1,0 +1,80 @@
+"""Command line: compare policies on a scenario, (re)generate the report of a results directory.
+
+  python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
+                             [--isolated measured|analytical] [--decision-timeout S]
+                             [--max-time S] [--bin S] [--bench-csv FILE] [--no-plots]
+  python -m analysis report DIR [--bin S] [--bench-csv FILE] [--no-plots]
+
+Errors found before anything runs (bad scenario, unknown policy, bad options, a results
+directory that cannot be read): one line on stderr, exit code 2, nothing written.
+compare exits 1 if a policy failed (the report says which), 130 if interrupted.
+See docs/experiments.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):                 # one line, exit 2 (argparse prints usage too)
+        self.exit(2, f"error: {message}\n")
+
+
+def _positive(v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (got {v})")
+    return x
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = _Parser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    c = sub.add_parser("compare", help="run every policy on a scenario, then write the report")
+    c.add_argument("scenario", help="scenario YAML (its `backend` picks emulator or simulator)")
+    c.add_argument("--policies", default=None,
+                   help="comma-separated (default: the scenario's `policies`)")
+    c.add_argument("--out", default=None, help="results directory (default results/<scenario>/<time>)")
+    c.add_argument("--isolated", choices=["measured", "analytical"], default="measured",
+                   help="emulator: where the isolated iteration time (slowdown) comes from")
+    c.add_argument("--decision-timeout", type=_positive, default=None, metavar="S",
+                   help="simulator: drop a decision slower than this (then hold the last ones)")
+    c.add_argument("--max-time", type=_positive, default=None, metavar="S",
+                   help="simulator: stop at this trace time")
+    r = sub.add_parser("report", help="(re)generate the report from the files of a results directory")
+    r.add_argument("dir")
+    for p in (c, r):
+        p.add_argument("--no-plots", action="store_true", help="tables only")
+        p.add_argument("--bin", type=_positive, default=None, metavar="S",
+                       help="capture throughput bin, trace seconds (default: epoch / 10)")
+        p.add_argument("--bench-csv", default=None, metavar="FILE",
+                       help="decision times at other cluster sizes: CSV with gpus, policy, decision_ms")
+    a = ap.parse_args(argv)
+    from .report import ReportError
+    try:
+        if a.cmd == "compare":
+            from .compare import run_compare
+            opts = {"isolated": a.isolated, "decision_timeout": a.decision_timeout,
+                    "max_time": a.max_time, "bin_s": a.bin, "bench_csv": a.bench_csv,
+                    "plots": not a.no_plots}
+            return run_compare(a.scenario, a.policies, a.out, opts, argv=argv[1:])
+        from .report import generate_report, summary_text
+        rep = generate_report(a.dir, bin_s=a.bin, bench_csv=a.bench_csv, plots=not a.no_plots)
+        print(summary_text(rep))
+        return 0
+    except ReportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

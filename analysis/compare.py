@@ -1,0 +1,190 @@
+"""Run every policy of a scenario on its back end, then write the report.
+
+    python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
+                               [--isolated measured|analytical]       (emulator)
+                               [--decision-timeout S] [--max-time S]  (simulator)
+
+Policies default to the scenario's ``policies``.  Each runs into DIR/<policy>/ (DIR default
+results/<scenario name>/<YYYYmmdd-HHMMSS>/): the emulator through
+``emulation.runner.run_emulation`` (root, Mininet), the simulator through
+``simulation.simulate`` + ``simulation.write_results``.  A policy that fails is recorded
+(DIR/compare.json) and the next one runs.  DIR/compare.json says what ran and how it went;
+then ``analysis.report.generate_report(DIR)`` writes the report and its summary is printed.
+
+Everything that can be checked before running is: a bad scenario, an unknown policy, an
+emulator scenario the emulator cannot hold, an emulator run without root, or a non-empty
+--out all print one line and exit 2 with nothing written.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from workloads.scenario import Scenario, ScenarioError, dump_scenario, load_scenario, resolve
+
+
+class CompareError(ValueError):
+    """A problem found before anything runs.  str() is one line."""
+
+
+def progress(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def known_policies(backend: str) -> List[str]:
+    from controllers.schedulers import POLICIES
+    names = list(POLICIES)
+    if backend == "simulation":
+        names.append("none")       # the simulator's "no controller at all"
+    return names
+
+
+def parse_policies(arg: Optional[str], sc: Scenario) -> List[str]:
+    pols = [p.strip() for p in arg.split(",")] if arg is not None else list(sc.policies)
+    pols = [p for p in pols if p]
+    if not pols:
+        raise CompareError("--policies: no policy given" if arg is not None
+                           else f"{sc.name}: the scenario lists no policies (use --policies)")
+    known = known_policies(sc.backend)
+    bad = [p for p in pols if p not in known]
+    if bad:
+        raise CompareError(f"unknown policy {bad[0]!r} for the {sc.backend} back end "
+                           f"(known: {', '.join(known)})")
+    dup = sorted({p for p in pols if pols.count(p) > 1})
+    if dup:
+        raise CompareError(f"policy {dup[0]!r} given twice")
+    return pols
+
+
+def preflight(sc: Scenario) -> None:
+    """What would make every run fail: check it before anything runs."""
+    rs = resolve(sc)
+    if not rs.jobs:
+        raise CompareError(f"{sc.name}: the scenario has no jobs to run")
+    if sc.backend == "emulation":
+        from emulation.topo import check_emulable
+        check_emulable(rs.cluster, sc.emulation)
+        if os.geteuid() != 0:
+            raise CompareError("the emulator back end needs root (Mininet): run with sudo, "
+                               "or set `backend: simulation` in the scenario")
+
+
+def default_out(sc: Scenario) -> Path:
+    return Path("results") / sc.name / time.strftime("%Y%m%d-%H%M%S")
+
+
+def run_one_emulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
+    from emulation.runner import run_emulation
+    rows = run_emulation(sc, policy, out, isolated=opts.get("isolated", "measured"))
+    bad = [k for k, r in rows.items() if not math.isfinite(r.get("mean_iter_s", math.nan))]
+    info = {}
+    try:
+        info = json.loads((out / "run.json").read_text())
+    except (OSError, ValueError):
+        pass
+    if info.get("failures"):
+        return "partial: " + "; ".join(info["failures"])[:300]
+    return f"partial: no iterations for {', '.join(bad)}" if bad else "ok"
+
+
+def run_one_simulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
+    from controllers.schedulers import get_policy
+    from simulation import SimConfig, simulate, write_results
+    cfg = SimConfig(decision_timeout_s=opts.get("decision_timeout"), max_time_s=opts.get("max_time"),
+                    progress=False)
+    pol = None if policy == "none" else get_policy(policy)      # none: no controller at all
+    res = simulate(resolve(sc), pol, cfg, policy_name=policy)
+    write_results(res, out, extra={"config": vars(cfg), "by": "python -m analysis compare"})
+    st = res.stats
+    if st.get("jobs_finished", 0) < st.get("jobs", 0):
+        return f"partial: {st['jobs'] - st['jobs_finished']} of {st['jobs']} jobs unfinished"
+    return "ok"
+
+
+RUNNERS: Dict[str, Callable[[Scenario, str, Path, dict], str]] = {
+    "emulation": run_one_emulation,
+    "simulation": run_one_simulation,
+}
+
+
+def _write_state(out: Path, state: dict) -> None:
+    tmp = out / ".compare.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1) + "\n")
+    os.replace(tmp, out / "compare.json")
+
+
+def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str] = None,
+                opts: Optional[dict] = None, runners: Optional[dict] = None,
+                argv: Optional[List[str]] = None) -> int:
+    """The compare command (see the module docstring).  ``runners`` replaces the back ends'
+    run functions (backend -> f(scenario, policy, out_dir, opts) -> status), for tests."""
+    from .report import ReportError, generate_report, summary_text
+    opts = opts or {}
+    runners = {**RUNNERS, **(runners or {})}
+    try:
+        sc = load_scenario(scenario_path)
+        pols = parse_policies(policies, sc)
+        if runners[sc.backend] is RUNNERS[sc.backend]:
+            preflight(sc)
+        if opts.get("bench_csv") and not Path(opts["bench_csv"]).is_file():
+            raise CompareError(f"--bench-csv: {opts['bench_csv']}: no such file")
+        d = Path(out) if out else default_out(sc)
+        if d.exists() and (not d.is_dir() or any(d.iterdir())):
+            raise CompareError(f"--out: {d} exists and is not empty")
+    except (ScenarioError, CompareError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "scenario.yaml").write_text(dump_scenario(sc))
+    cmd = "python -m analysis compare " + " ".join(shlex.quote(a) for a in (argv or [str(scenario_path)]))
+    state = {"scenario": sc.name, "scenario_path": str(scenario_path), "backend": sc.backend,
+             "policies": pols, "command": cmd, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+             "options": opts, "runs": {p: {"status": "pending"} for p in pols}}
+    _write_state(d, state)
+    progress(f"{sc.name}: {len(pols)} policies on the {sc.backend} back end -> {d}")
+    interrupted = False
+    for i, p in enumerate(pols, 1):
+        progress(f"[{i}/{len(pols)}] {p} ...")
+        t0 = time.time()
+        rec = state["runs"][p] = {"status": "running"}
+        _write_state(d, state)
+        try:
+            status = runners[sc.backend](sc, p, d / p, opts)
+            rec.update(status="ok" if status == "ok" else "partial", detail=status)
+        except KeyboardInterrupt:
+            rec.update(status="interrupted", error="interrupted (Ctrl-C)")
+            interrupted = True
+        except Exception as e:                     # noqa: BLE001 - recorded, the next one runs
+            msg = " ".join(f"{type(e).__name__}: {e}".split())
+            rec.update(status="failed", error=msg[:500],
+                       traceback=traceback.format_exc(limit=8)[-3000:])
+        rec["wall_s"] = round(time.time() - t0, 2)
+        _write_state(d, state)
+        line = f"[{i}/{len(pols)}] {p} {rec['status']} in {rec['wall_s']:.1f} s"
+        if rec.get("error") or rec.get("detail", "ok") != "ok":
+            line += f": {rec.get('error') or rec.get('detail')}"
+        progress(line)
+        if interrupted:
+            for q in pols[i:]:
+                state["runs"][q] = {"status": "interrupted", "error": "not run (interrupted)"}
+            break
+    state["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    _write_state(d, state)
+    try:
+        rep = generate_report(d, bin_s=opts.get("bin_s"), bench_csv=opts.get("bench_csv"),
+                              plots=opts.get("plots", True))
+    except ReportError as e:
+        print(f"error: report: {e}", file=sys.stderr)
+        return 1
+    print(summary_text(rep))
+    if interrupted:
+        return 130
+    return 0 if all(r["status"] == "ok" for r in state["runs"].values()) else 1
