@@ -1,0 +1,164 @@
+"""Command line of the flow-level simulator.
+
+  python -m simulation run SCENARIO --policy P --out DIR [options]
+  python -m simulation generate OUT.yaml --topology lingjun|leaf-spine [options]
+
+``run`` writes the emulator's result files plus links.csv, decisions.csv and run.json (see
+simulation.output).  A bad scenario, an unknown policy or bad options: one line on stderr,
+exit code 2, nothing written.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from workloads.scenario import ScenarioError, load_scenario, resolve
+
+
+class UsageError(Exception):
+    pass
+
+
+def load_policy(name: str, **kw):
+    """A policy object by registry name; 'none' = no controller (the network's own max-min
+    sharing, which is also what 'fair' decides)."""
+    if name == "none":
+        return None
+    try:
+        from controllers.schedulers import get_policy
+    except ImportError as e:  # pragma: no cover - registry missing
+        raise UsageError(f"policy registry unavailable ({e}); use --policy none") from None
+    try:
+        return get_policy(name, **kw)
+    except KeyError as e:
+        raise UsageError(str(e.args[0]) if e.args else str(e)) from None
+    except TypeError as e:
+        raise UsageError(f"policy {name!r}: {e}") from None
+
+
+def _positive(v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (got {v})")
+    return x
+
+
+def _config(a):
+    from .engine import SimConfig
+    return SimConfig(epoch_s=a.epoch, bin_s=a.bin, num_classes=a.classes,
+                     decision_timeout_s=a.decision_timeout, max_time_s=a.max_time,
+                     intra_host_gbps=a.intra_host_gbps, isolated=not a.no_isolated,
+                     measured_view=not a.declared_view, progress=not a.quiet, poll_s=a.poll,
+                     estimate_profiles=a.estimate_profiles)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--epoch", type=_positive, default=None, metavar="S",
+                   help="policy epoch in trace seconds (default: emulation.epoch_s / time_scale)")
+    p.add_argument("--poll", type=_positive, default=None, metavar="S",
+                   help="counter polling interval for the policy's view (default: epoch / 50)")
+    p.add_argument("--bin", type=_positive, default=None, metavar="S",
+                   help="links.csv time bin (default: the epoch)")
+    p.add_argument("--classes", type=int, default=4, help="strict-priority classes (default 4)")
+    p.add_argument("--decision-timeout", type=_positive, default=None, metavar="S",
+                   help="drop a decision that takes longer; the policy is then no longer called")
+    p.add_argument("--max-time", type=_positive, default=None, metavar="S",
+                   help="stop at this trace time")
+    p.add_argument("--intra-host-gbps", type=_positive, default=None,
+                   help="rate of same-host transfers (default: free)")
+    p.add_argument("--no-isolated", action="store_true",
+                   help="skip the isolated runs (slowdown_vs_isolated = nan)")
+    p.add_argument("--declared-view", action="store_true",
+                   help="policies see declared profiles only (no estimation from counters)")
+    p.add_argument("--estimate-profiles", action="store_true",
+                   help="estimates also replace declared pair bytes and compute time "
+                        "(the controller's estimate_profiles option)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def cmd_run(a) -> int:
+    from .engine import simulate
+    from .output import write_results
+    sc = load_scenario(a.scenario)
+    rs = resolve(sc)
+    if a.classes < 1:
+        raise UsageError("--classes must be >= 1")
+    policy = load_policy(a.policy)
+    cfg = _config(a)
+    res = simulate(rs, policy, cfg, policy_name=a.policy)
+    out = write_results(res, Path(a.out), extra={"config": vars(cfg)})
+    if not a.quiet:
+        st = res.stats
+        print(f"[sim] {sc.name} / {a.policy}: {st['jobs_finished']}/{st['jobs']} jobs, "
+              f"{st['events']} events in {st['wall_s']:.2f} s wall, simulated {st['sim_time_s']:.2f} s "
+              f"-> {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_generate(a, argv=None) -> int:
+    from .topology import leaf_spine, lingjun_cluster
+    from .workload import generate, write_scenario
+    if a.topology == "lingjun":
+        spec = lingjun_cluster(gpus_per_host=a.gpus_per_host, host_link_gbps=a.host_link_gbps,
+                               uplink_gbps=a.uplink_gbps or 400.0)
+    else:
+        spec = leaf_spine(a.racks, a.hosts_per_rack, a.spines, gpus_per_host=a.gpus_per_host,
+                          host_link_gbps=a.host_link_gbps, uplink_gbps=a.uplink_gbps,
+                          oversubscription=a.oversubscription)
+    name = a.name or Path(a.out).stem
+    sc = generate(spec, a.jobs, iterations=a.iterations, seed=a.seed, placement=a.placement,
+                  arrival=a.arrivals, mean_interarrival_s=a.mean_interarrival, name=name,
+                  epoch_s=a.epoch, use_zoo=not a.synthetic)
+    cmd = "python -m simulation generate " + " ".join(sys.argv[2:] if argv is None else argv[1:])
+    write_scenario(sc, Path(a.out), header=f"Generated by: {cmd}")
+    print(f"wrote {a.out}: {len(sc.jobs)} jobs on {spec.racks} racks", file=sys.stderr)
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m simulation", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="simulate one scenario under one policy")
+    r.add_argument("scenario")
+    r.add_argument("--policy", default="fair", help="fair, optimal, crux, cassini, harmonics, none")
+    r.add_argument("--out", required=True, help="result directory")
+    add_run_options(r)
+    g = sub.add_parser("generate", help="write a large simulated scenario")
+    g.add_argument("out")
+    g.add_argument("--topology", choices=["lingjun", "leaf-spine"], default="leaf-spine")
+    g.add_argument("--racks", type=int, default=32)
+    g.add_argument("--hosts-per-rack", type=int, default=8)
+    g.add_argument("--spines", type=int, default=4)
+    g.add_argument("--gpus-per-host", type=int, default=8)
+    g.add_argument("--host-link-gbps", type=_positive, default=200.0)
+    g.add_argument("--uplink-gbps", type=_positive, default=None)
+    g.add_argument("--oversubscription", type=_positive, default=2.0)
+    g.add_argument("--jobs", type=int, default=100)
+    g.add_argument("--iterations", type=int, default=100)
+    g.add_argument("--placement", choices=["packed", "first-fit", "fragmented"], default="first-fit")
+    g.add_argument("--arrivals", choices=["none", "poisson", "openb"], default="none")
+    g.add_argument("--mean-interarrival", type=_positive, default=1.0, metavar="S")
+    g.add_argument("--epoch", type=_positive, default=2.0, metavar="S")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--name", default=None)
+    g.add_argument("--synthetic", action="store_true", help="synthetic profiles, not the zoo")
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "run":
+            return cmd_run(a)
+        return cmd_generate(a, argv)
+    except (ScenarioError, UsageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""What a policy sees in the simulator: exactly what the emulator's controller builds.
+
+The epoch step is the controller's own (``controllers.epochs.EpochDriver``): every epoch it
+starts from the jobs' declared states (``base.job_state``: declared host-pair bytes, compute
+time, isolated time under the shared model), keeps the active jobs, and runs the shared
+estimator (``controllers.schedulers.model.estimate_from_measurements`` + ``apply_estimates``)
+on the byte series measured during the last epoch: period and active fraction always,
+and -- with ``estimate_profiles`` -- bytes per pair and compute time too.
+
+The simulator's "counters" are polled every ``poll_s`` (epoch / ``POLLS_PER_EPOCH`` unless set):
+each job's bytes per poll bin, and its bytes per host pair over the epoch.  The per-pair
+series handed to the estimator are the job's total series scaled by each pair's share of the
+epoch's bytes (the estimator uses the total series for period and activity, and per-pair
+sums for bytes, so nothing it uses is changed by this).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Dict
+
+import numpy as np
+
+POLLS_PER_EPOCH = 50
+
+
+class DecisionTimeout(Exception):
+    pass
+
+
+class _TimedPolicy:
+    """Wraps a policy: decide() is interrupted by SIGALRM after ``limit`` seconds (main
+    thread only; C code that never returns to Python is only caught when it does)."""
+
+    def __init__(self, policy, limit):
+        self.policy = policy
+        self.limit = limit
+        self.name = getattr(policy, "name", "?")
+
+    def decide(self, state):
+        lim = self.limit
+        if lim is None or threading.current_thread() is not threading.main_thread() \
+                or not hasattr(signal, "setitimer"):
+            return self.policy.decide(state)
+
+        def _raise(signum, frame):
+            raise DecisionTimeout()
+        old = signal.signal(signal.SIGALRM, _raise)
+        signal.setitimer(signal.ITIMER_REAL, lim)
+        try:
+            return self.policy.decide(state)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+
+
+def make_driver(engine):
+    from controllers.epochs import EpochDriver
+    from workloads.scenario import ResolvedScenario
+    rs = ResolvedScenario(engine.scenario, engine.cluster, [j.rj for j in engine.jobs])
+    return EpochDriver(rs, _TimedPolicy(engine.policy, engine.cfg.decision_timeout_s),
+                       num_classes=max(1, engine.cfg.num_classes), time_scale=1.0, bytes_scale=1.0,
+                       estimate_profiles=engine.cfg.estimate_profiles)
+
+
+def measured_series(engine, active) -> Dict[str, Dict]:
+    """job -> {(src host, dst host): bytes per poll bin} over the last epoch."""
+    out: Dict[str, Dict] = {}
+    if not engine.cfg.measured_view or not engine.poll_rows:
+        return out
+    rows = np.array(engine.poll_rows)          # polls x jobs
+    for j in active:
+        series = rows[:, j.idx]
+        if not j.m_pairs or float(series.sum()) <= 0:
+            continue
+        psum = sum(j.m_pairs.values())
+        out[j.name] = {p: list(series * (b / psum)) for p, b in j.m_pairs.items() if b > 0}
+    return out
