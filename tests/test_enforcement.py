@@ -7,7 +7,7 @@ import time
 import pytest
 
 from emulation import qos, runner, stackcheck
-from emulation.net import EmulatedCluster
+from emulation.net import EmulatedCluster, free_tcp_port
 from workloads.scenario import load_scenario
 
 from conftest import REPO
@@ -33,7 +33,8 @@ def cluster(emulation_ready, tmp_path_factory):
                     {"name": "jobB", "port_base": 47001, "ranks": 1, "start_at": now}],
            "policy": "static", "policy_kw": {"path": str(decisions)}, "scenario_path": str(SCENARIO),
            "epoch_s": 0.5, "poll_s": 0.25, "bandwidth_scale": sc.emulation.bandwidth_scale,
-           "num_classes": 4, "decisions_log": str(run / "decisions.jsonl")}
+           "num_classes": 4, "decisions_log": str(run / "decisions.jsonl"),
+           "rest_port": free_tcp_port()}
     with EmulatedCluster(sc, run, controller_config=cfg) as ec:
         qos.install_classes_map(runner.shared_link_interfaces(ec), 4)
 
@@ -66,3 +67,19 @@ def test_meter_holds_a_tcp_flow_within_10_percent(cluster):
     decide({})                                         # the job ends: its meter is released
     [a] = stackcheck.measure_flows(ec, PAIRS[:1], seconds=4)
     assert a.mbps > 1.5 * rate
+
+
+def test_rest_status_on_loopback_only(cluster):
+    import subprocess
+    import urllib.request
+    ec, decide = cluster
+    decide({"jobA": _decision("jobA", 0), "jobB": _decision("jobB", 2)})
+    port = ec.extra_config["rest_port"]
+    listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout
+    local = [line.split()[3] for line in listening.splitlines()]
+    assert local == [f"127.0.0.1:{port}"], listening
+    st = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5))
+    assert st["policy"] == "static" and st["epoch"] > 0
+    assert st["decisions"]["jobB"]["priority"] == 2
+    dec = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/decisions", timeout=5))
+    assert dec["decisions"]["jobA"]["reason"] == "test" and "decision_ms" in dec
