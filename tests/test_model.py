@@ -132,3 +132,56 @@ def test_estimation_from_binned_bytes():
     assert estimate_period([1.0] * 100, bin_s) is None
     out = estimate_from_measurements({"A": {("a", "b"): s1}}, bin_s)
     assert set(out) == {"A"}
+
+
+def _random_group(rng, n_jobs, n_links):
+    jobs = []
+    for _ in range(n_jobs):
+        k = rng.randint(1, min(3, n_links))
+        links = tuple(rng.sample(range(n_links), k))
+        B = tuple(rng.choice([1.0, 2.0, 3.0]) * 1e8 for _ in links)
+        lam = rng.choice([INF_, INF_, 5e8])
+        jobs.append(SimJob(rng.choice([0.0, 0.01, 0.03, 0.05]), links, B, max(B),
+                           rng.randint(0, 2), lam, rng.choice([0.0, 0.0, 0.01])))
+    cap = {l: rng.choice([1.25e10, 6.25e9]) for l in range(n_links)}
+    return jobs, cap
+
+
+INF_ = float("inf")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fast_allocator_equals_reference(seed):
+    # the allocator specialised per simulation (and its cache shared across simulations)
+    # gives exactly the reference allocate()'s rates
+    import random
+
+    from controllers.schedulers.model import _Alloc, allocate
+    rng = random.Random(seed)
+    jobs, cap = _random_group(rng, rng.randint(2, 6), rng.randint(1, 5))
+    shared: dict = {}
+    fast = _Alloc(jobs, cap, shared)
+    plain = _Alloc(jobs, cap)
+    for mask in range(1, 1 << len(jobs)):
+        act = [j for j in range(len(jobs)) if (mask >> j) & 1]
+        ref = allocate(jobs, act, cap)
+        want = [ref.get(j, 0.0) for j in range(len(jobs))]
+        assert plain.rates(mask) == want
+        assert fast.rates(mask) == pytest.approx(want, rel=1e-12)
+    # a second simulation object over the same jobs reuses the shared allocations
+    again = _Alloc(list(reversed(jobs)), cap, shared)
+    for mask in range(1, 1 << len(jobs)):
+        rev = [(mask >> (len(jobs) - 1 - j)) & 1 for j in range(len(jobs))]
+        rmask = sum(1 << j for j, b in enumerate(rev) if b)
+        assert again.rates(rmask) == pytest.approx(list(reversed(fast.rates(mask))), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_simulate_with_shared_allocations_matches(seed):
+    import random
+    rng = random.Random(100 + seed)
+    jobs, cap = _random_group(rng, rng.randint(2, 5), rng.randint(1, 4))
+    plain = simulate(jobs, cap)
+    shared: dict = {}
+    assert simulate(jobs, cap, alloc_cache=shared) == pytest.approx(plain, rel=1e-9)
+    assert simulate(jobs, cap, alloc_cache=shared) == pytest.approx(plain, rel=1e-9)

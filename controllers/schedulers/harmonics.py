@@ -12,7 +12,13 @@ Tiers and what crosses between them (plain dataclasses, JSON-serialisable):
 A rack's view of the model contains only the links it owns (``Cluster.links_of_rack``); a
 rack-spanning job is bounded there by its global isolated pace (its slowest link may lie
 elsewhere).  Every rack-spanning job's decision is made once, by the Coordinator, and every
-rack enforces that one decision.
+rack enforces that one decision.  The Coordinator compounds a rack-spanning job's slowdown over
+its racks (independent blocking by each rack's local jobs multiplies; ``compound="product"``)
+without evaluating the model.  Cost savers that keep the rack's search exact: equivalent
+options evaluated once (free spines; classes with the same order relative to every link
+neighbour), memo per group, held solves reused when the held decisions did not change, the
+evaluator's sub-problem cache kept across epochs (``incremental``); one approximate one:
+rack-local moves screened on a third of the event budget, the best two evaluated in full.
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .base import ClusterState, Decision, Decisions, Policy
 from .common import (DEFAULT_CAP_FRACS, Opt, has_comm, interaction_groups, make_decision,
                      path_options, potential_links)
-from .model import BYTES_PER_GBIT, STARVED_SLOWDOWN, ContentionModel, Evaluator, SimJob
+from .model import (BYTES_PER_GBIT, STARVED_SLOWDOWN, ContentionModel, Evaluator, SimJob,
+                    link_capacities)
 
 
 # ---------------------------------------------------------------------------
@@ -50,6 +57,9 @@ class JobSummary:
     preferred: int                 # index into options of the rack's preferred decision
     options: List[OptionCost]      # same order in every rack (priority, spine, cap)
     uplink_gbps: float             # the job's mean demand on this rack's ToR-spine links
+    compute_s: float = 0.0         # the job's compute per iteration (its profile)
+    iso_s: float = 0.0             # its isolated iteration time (global, default paths)
+    local_peers: int = 0           # rack-local jobs that may share one of its links here
 
 
 @dataclass
@@ -67,14 +77,16 @@ class RackSummary:
                            "uplink_demand_gbps": self.uplink_demand_gbps,
                            "local_jobs": self.local_jobs,
                            "jobs": [{"job": j.job, "preferred": j.preferred,
-                                     "uplink_gbps": j.uplink_gbps,
+                                     "uplink_gbps": j.uplink_gbps, "compute_s": j.compute_s,
+                                     "iso_s": j.iso_s, "local_peers": j.local_peers,
                                      "options": [o.__dict__ for o in j.options]} for j in self.jobs]})
 
     @classmethod
     def from_json(cls, s: str) -> "RackSummary":
         d = json.loads(s)
         d["jobs"] = [JobSummary(j["job"], j["preferred"], [OptionCost(**o) for o in j["options"]],
-                                j["uplink_gbps"]) for j in d["jobs"]]
+                                j["uplink_gbps"], j["compute_s"], j["iso_s"], j["local_peers"])
+                     for j in d["jobs"]]
         return cls(**d)
 
 
@@ -118,7 +130,9 @@ class LocalScheduler:
     def __init__(self, rack: int, state: ClusterState, model: ContentionModel, rack_links: set,
                  names: Sequence[str], pot: Dict[str, set], K: int, cap_fracs: Sequence[float],
                  exhaustive_limit: int = 256, max_passes: int = 3, span_weight: bool = False,
-                 cross_caps: bool = False):
+                 cross_caps: bool = False, screen: float = 1.0, screen_keep: int = 2):
+        self.screen = screen
+        self.screen_keep = screen_keep
         self.rack = rack
         self.span_weight = span_weight
         self.state = state
@@ -147,9 +161,15 @@ class LocalScheduler:
         self.span = {n: len(model.jobs[model.index[n]].racks) for n in self.jobs}
         self.groups = interaction_groups(self.jobs, {n: pot[n] & rack_links for n in self.jobs})
         self.group_of = {n: gi for gi, g in enumerate(self.groups) for n in g}
+        mine = {n: pot[n] & rack_links for n in self.jobs}
+        self.local_peers = {n: sum(1 for m in self.local if not mine[n].isdisjoint(mine[m]))
+                            for n in self.cross}
         self._base: Dict[Tuple[str, Optional[int], float], SimJob] = {}
+        self._links: Dict[Tuple[str, Optional[int], float], frozenset] = {}
         self.assign: Dict[str, Opt] = {}
         self._summaries: Dict[tuple, RackSummary] = {}
+        self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
+        self._solved: Dict[tuple, Dict[str, Opt]] = {}           # (group, fixed) -> solution
         self.evals = 0
 
     # -- the rack's view of the model ----------------------------------------
@@ -162,11 +182,18 @@ class LocalScheduler:
             self._base[key] = b
         return _with_priority(b, o.priority)
 
-    def _slowdowns(self, group: Sequence[str], a: Dict[str, Opt]) -> List[float]:
+    def _slowdowns(self, group: Sequence[str], a: Dict[str, Opt], budget: float = 1.0) -> List[float]:
+        key = tuple(a[n] for n in group)
+        memo = self._memo.setdefault((tuple(group), budget), {})
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
         self.evals += 1
-        ts = self.model.ev.times([self._sim(n, a[n]) for n in group])
-        return [min(t / self.iso[n] if self.iso[n] > 0 else 1.0, STARVED_SLOWDOWN)
-                for n, t in zip(group, ts)]
+        ts = self.model.ev.times([self._sim(n, a[n]) for n in group], budget)
+        res = [min(t / self.iso[n] if self.iso[n] > 0 else 1.0, STARVED_SLOWDOWN)
+               for n, t in zip(group, ts)]
+        memo[key] = res
+        return res
 
     def _cost(self, group, a) -> float:
         """Rack objective: slowdowns of the group's jobs; a rack-spanning job's excess
@@ -189,27 +216,47 @@ class LocalScheduler:
             a[n] = Opt(min(rank, self.K - 1), s, 1.0)
 
     def _option_class(self, n: str, o: Opt, group: Sequence[str], a: Dict[str, Opt]) -> tuple:
-        """Options of n that are equivalent in this rack's view share a class: a spine whose
-        rack links no other job of the group uses is as good as any other such spine."""
-        if o.spine is None:
-            return o
-        sl = self.spine_links[o.spine]
-        for m in group:
-            if m != n and not sl.isdisjoint(self._sim(m, a[m]).links):
-                return o
-        return (o.priority, "free", o.cap)
+        """Options of n that are equivalent in this rack's view share a class (exactly: the
+        model gives the same iteration times):
+        - a spine whose rack links no other job of the group uses is as good as any other
+          such spine;
+        - strict priority acts per link: the rates depend on n's class only through its order
+          (above / equal / below) relative to the jobs that share one of its links, so classes
+          with the same order relative to each of those neighbours are equivalent."""
+        spine = o.spine
+        others = [(m, self._linkset(m, a[m])) for m in group if m != n]
+        if spine is not None:
+            sl = self.spine_links[spine]
+            if all(sl.isdisjoint(ls) for _, ls in others):
+                spine = "free"
+        mine = self._linkset(n, o)
+        p = o.priority
+        rel = tuple((p > a[m].priority) - (p < a[m].priority)
+                    for m, ls in others if not mine.isdisjoint(ls))
+        return (rel, spine, o.cap)
 
-    def _each_option(self, n: str, group: Sequence[str], a: Dict[str, Opt], skip=None):
+    def _linkset(self, n: str, o: Opt) -> frozenset:
+        key = (n, o.spine, o.cap)
+        ls = self._links.get(key)
+        if ls is None:
+            ls = self._links[key] = frozenset(self._sim(n, o).links)
+        return ls
+
+    def _each_option(self, n: str, group: Sequence[str], a: Dict[str, Opt], skip=None,
+                     budget: float = 1.0):
         """(option, slowdowns of the group) for every option of n, one evaluation per class."""
         done: Dict[tuple, List[float]] = {}
         keep = a[n]
+        same = self._option_class(n, skip, group, a) if skip is not None else None
         for o in self.options[n]:
             if o == skip:
                 continue
             k = self._option_class(n, o, group, a)
+            if k == same:         # equivalent to the held option: the same costs, no move
+                continue
             if k not in done:
                 a[n] = o
-                done[k] = self._slowdowns(group, a)
+                done[k] = self._slowdowns(group, a, budget)
             yield o, done[k]
         a[n] = keep
 
@@ -244,21 +291,46 @@ class LocalScheduler:
             for n in free:
                 keep = a[n]
                 best_o, best_c = keep, cur
-                for o, sd in list(self._each_option(n, group, a, skip=keep)):
-                    c = self._group_cost(group, sd)
-                    if c < best_c - 1e-9:
-                        best_o, best_c = o, c
+                if self.screen < 1.0 and n not in self._cross_set:
+                    # screening: every option on a short run, the best few on the full model
+                    quick = sorted(((self._group_cost(group, sd), i, o) for i, (o, sd) in
+                                    enumerate(list(self._each_option(n, group, a, skip=keep,
+                                                                     budget=self.screen)))))
+                    cands = [o for _, _, o in quick[:self.screen_keep]]
+                    for o in cands:
+                        a[n] = o
+                        c = self._cost(group, a)
+                        if c < best_c - 1e-9:
+                            best_o, best_c = o, c
+                    a[n] = keep
+                else:
+                    for o, sd in list(self._each_option(n, group, a, skip=keep)):
+                        c = self._group_cost(group, sd)
+                        if c < best_c - 1e-9:
+                            best_o, best_c = o, c
                 a[n] = best_o
                 if best_o != keep:
                     cur, improved = best_c, True
             if not improved:
                 break
 
+    @staticmethod
+    def _canon(opts: List[Opt], relabel: bool) -> tuple:
+        """Held decisions up to a relabelling of the spines: in a rack's view the spines are
+        interchangeable (same links, same capacities) unless a held job uses the ECMP hash,
+        which pins its flows to particular spines, or a free job chooses a spine
+        (``relabel`` False).  Priorities stay absolute: the free jobs choose among the same
+        K classes."""
+        if not relabel or any(o.spine is None for o in opts):
+            return tuple(opts)
+        lab: Dict[int, int] = {}
+        return tuple((o.priority, lab.setdefault(o.spine, len(lab)), o.cap) for o in opts)
+
     def solve(self, fixed: Optional[Dict[str, Opt]] = None) -> Dict[str, Opt]:
         """Best decisions for the rack's jobs with ``fixed`` ones held (rack view)."""
         fixed = fixed or {}
         a: Dict[str, Opt] = {}
-        for g in self.groups:
+        for gi, g in enumerate(self.groups):
             for n in g:
                 if n in fixed:
                     a[n] = fixed[n]
@@ -266,7 +338,24 @@ class LocalScheduler:
             if len(g) == 1 and free:
                 a[free[0]] = Opt(0, self.paths[free[0]][0][0], 1.0)
                 continue
-            self._solve_group(g, free, a)
+            # a group whose held decisions did not change keeps its solution (incremental
+            # rounds and epochs); a free solve whose decisions for the now-held jobs equal
+            # the held ones is a solution of the held problem too
+            held = [n for n in g if n in fixed]
+            relabel = not any(n in self._cross_set for n in free)   # free jobs use no spine
+            key = (gi, tuple(held), self._canon([fixed[n] for n in held], relabel))
+            sol = self._solved.get(key)
+            if sol is None:
+                sub: Dict[str, Opt] = {n: fixed[n] for n in held}
+                self._solve_group(g, free, sub)
+                sol = {n: sub[n] for n in free}
+                self._solved[key] = sol
+                if not held:   # a free solve is also a solution with its cross decisions held
+                    crossed = [n for n in g if n in self._cross_set]
+                    if crossed and len(crossed) < len(g):
+                        k2 = (gi, tuple(crossed), self._canon([sub[n] for n in crossed], True))
+                        self._solved.setdefault(k2, {n: sub[n] for n in g if n not in crossed})
+            a.update(sol)
         self.assign = a
         return a
 
@@ -299,7 +388,9 @@ class LocalScheduler:
                      and self.model.cluster.links[l].kind in ("uplink", "downlink"))
             demand = up / BYTES_PER_GBIT / self.iso[n] if self.iso[n] > 0 else 0.0
             total_demand += demand
-            out.append(JobSummary(n, self.options[n].index(keep), opts, demand))
+            out.append(JobSummary(n, self.options[n].index(keep), opts, demand,
+                                  self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
+                                  self.local_peers[n]))
         res = RackSummary(self.rack, epoch, rnd, out, total_demand, len(self.local))
         self._summaries[key] = res
         return res
@@ -312,12 +403,62 @@ class LocalScheduler:
 class GlobalCoordinator:
     """Picks one decision per rack-spanning job from the racks' summaries."""
 
-    def __init__(self, spines: int, tol: float = 1e-6, compound: str = "max"):
+    def __init__(self, spines: int, tol: float = 1e-6, compound: str = "product"):
         self.compound = compound
         self.spines = spines
         self.tol = tol
 
-    def _totals(self, entries: List[JobSummary]) -> List[float]:
+    @staticmethod
+    def _product(views: Sequence[Tuple[float, int]], compute_s: float, iso_s: float) -> float:
+        """A rack-spanning job's slowdown from its slowdowns ``own_r`` in the views of its
+        racks (with ``local_peers_r``, the rack-local jobs it meets there).
+        In rack r its communication is stretched from the isolated T0 = iso - compute to
+        T_r = own_r * iso - compute (blocked a fraction 1 - T0/T_r of the time).  Blocking by
+        a rack's own rack-local jobs is independent of the other racks' (their phases are not
+        aligned), and the job progresses only when no rack blocks it: the unblocked fractions
+        multiply, T = T0 * prod_r (T_r / T0) over the racks with local peers.  Blocking by
+        rack-spanning jobs is seen by every rack the pair shares (the same flows, the same
+        moments), so it is not multiplied: the result is at least the worst single rack."""
+        worst = max(v for v, _ in views)
+        t0 = iso_s - compute_s
+        if t0 <= 0 or iso_s <= 0 or worst >= STARVED_SLOWDOWN:
+            return worst
+        f = 1.0
+        for v, peers in views:
+            if peers:
+                f *= max(1.0, (v * iso_s - compute_s) / t0)
+        return min(STARVED_SLOWDOWN, max(worst, (compute_s + t0 * f) / iso_s))
+
+    def _totals(self, entries: List[JobSummary], racks: Sequence[int],
+                info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]
+                ) -> List[float]:
+        if self.compound == "product":
+            return self._totals_product(entries, racks, info, peers)
+        return self._totals_max(entries)
+
+    def _totals_product(self, entries: List[JobSummary], racks: Sequence[int],
+                        info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]
+                        ) -> List[float]:
+        """Like ``_totals_max`` but a rack-spanning job's slowdown compounds over its racks
+        (``_product``) instead of being its worst rack's."""
+        n = len(entries[0].options)
+        me = entries[0]
+        out = []
+        for i in range(n):
+            tot = sum(e.options[i].local_others for e in entries)
+            tot += self._product([(e.options[i].own, e.local_peers) for e in entries],
+                                 me.compute_s, me.iso_s)
+            views: Dict[str, List[Tuple[float, int]]] = {}
+            for r, e in zip(racks, entries):
+                for m, v in e.options[i].cross_others.items():
+                    views.setdefault(m, []).append((v, peers.get((m, r), 0)))
+            for m, vs in views.items():
+                c, iso = info.get(m, (0.0, 0.0))
+                tot += self._product(vs, c, iso)
+            out.append(tot)
+        return out
+
+    def _totals_max(self, entries: List[JobSummary]) -> List[float]:
         """Summed cost of every option: rack-local jobs count once per rack (they live in one
         rack); a rack-spanning job counts once, at its worst rack (it moves at the pace of its
         slowest link) - the job itself and every other rack-spanning job reported."""
@@ -342,9 +483,13 @@ class GlobalCoordinator:
     def coordinate(self, summaries: Sequence[RackSummary], epoch: int, rnd: int,
                    current: Optional[Dict[str, Assignment]] = None) -> CoordinatorMessage:
         per_job: Dict[str, List[Tuple[int, JobSummary]]] = {}
+        info: Dict[str, Tuple[float, float]] = {}
+        peers: Dict[Tuple[str, int], int] = {}
         for s in summaries:
             for js in s.jobs:
                 per_job.setdefault(js.job, []).append((s.rack, js))
+                info[js.job] = (js.compute_s, js.iso_s)
+                peers[(js.job, s.rack)] = js.local_peers
         out: List[Assignment] = []
         if current is None:
             # round 1: least summed cost; near-ties go to the least loaded spine (this is how
@@ -354,7 +499,7 @@ class GlobalCoordinator:
             for j in order:
                 entries = [e for _, e in per_job[j]]
                 racks = [r for r, _ in per_job[j]]
-                tot = self._totals(entries)
+                tot = self._totals(entries, racks, info, peers)
                 lo = min(tot)
                 cands = [i for i, v in enumerate(tot) if v <= lo + self.tol * max(1.0, abs(lo))]
                 opts = entries[0].options
@@ -384,7 +529,7 @@ class GlobalCoordinator:
         gains = []
         for j, lst in per_job.items():
             entries = [e for _, e in lst]
-            tot = self._totals(entries)
+            tot = self._totals(entries, [r for r, _ in lst], info, peers)
             cur_i = entries[0].preferred
             best_i = min(range(len(tot)), key=lambda i: (tot[i], i != cur_i))
             gain = tot[cur_i] - tot[best_i]
@@ -412,8 +557,11 @@ class HarmonicsPolicy(Policy):
 
     def __init__(self, cap_fracs: Sequence[float] = DEFAULT_CAP_FRACS, max_rounds: int = 3,
                  exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
-                 reuse: bool = True, span_weight: bool = False, compound: str = "max",
-                 cross_caps: bool = False):
+                 reuse: bool = True, span_weight: bool = False, compound: str = "product",
+                 cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
+                 screen_keep: int = 2):
+        self.screen = screen
+        self.screen_keep = screen_keep
         self.cross_caps = cross_caps
         self.span_weight = span_weight
         self.compound = compound
@@ -426,6 +574,9 @@ class HarmonicsPolicy(Policy):
         self.stats: Dict[str, float] = {}
         self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
         self._last: Optional[Tuple[tuple, Decisions]] = None
+        self.incremental = incremental   # keep the evaluator's sub-problem cache across epochs
+        self.cache_limit = 200_000       # sub-problems kept at most (then a fresh cache)
+        self._ev: Optional[Evaluator] = None
         self.rack_views: Dict[int, Dict[str, Opt]] = {}
 
     @staticmethod
@@ -446,6 +597,19 @@ class HarmonicsPolicy(Policy):
             self._last = (fp, out)
         return out
 
+    def _evaluator(self, cl) -> Evaluator:
+        """The model evaluator, kept across epochs (``incremental``): its results are keyed by
+        the canonical sub-problem (jobs, links relabelled, capacities), so a sub-problem whose
+        inputs did not change is not simulated again; a new cluster starts a new one."""
+        cap = link_capacities(cl)
+        ev = self._ev
+        if (not self.incremental or ev is None or ev.cap != cap
+                or len(ev.cache) > self.cache_limit):
+            ev = Evaluator(cap, share_allocations=True)
+        if self.incremental:
+            self._ev = ev
+        return ev
+
     def _post(self, msg):
         if not self.wire:
             return msg
@@ -458,7 +622,7 @@ class HarmonicsPolicy(Policy):
         self.messages = []
         cl = state.cluster
         K = max(1, state.num_classes)
-        model = ContentionModel(state)
+        model = ContentionModel(state, self._evaluator(cl))
         names = [j.name for j in state.jobs if has_comm(model, j.name)]
         pot = {n: potential_links(state, model, n) for n in names}
         # the links each rack owns (links_of_rack for every rack, in one pass)
@@ -476,7 +640,8 @@ class HarmonicsPolicy(Policy):
                 rack_jobs.setdefault(r, []).append(n)
         locs = {r: LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
                                   self.cap_fracs, self.exhaustive_limit, self.max_passes,
-                                  self.span_weight, self.cross_caps)
+                                  self.span_weight, self.cross_caps, self.screen,
+                                  self.screen_keep)
                 for r in sorted(rack_jobs)}
         coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
         epoch = state.epoch

@@ -131,8 +131,132 @@ def allocate(jobs: Sequence[SimJob], active: Sequence[int], cap: Mapping) -> Dic
     return x
 
 
-def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = None) -> List[float]:
-    """Steady-state iteration time of every job (seconds; inf if starved).  See module doc."""
+class _Alloc:
+    """``allocate`` specialised to one fixed list of jobs (the same rules and the same
+    floating-point operations in the same order), built once per ``simulate`` call: link
+    keys become small ints, per-link user lists are built once, results are cached per set
+    of communicating jobs (bit mask)."""
+
+    __slots__ = ("m", "prio", "lmax", "bmax", "jl", "capl", "classes", "cache", "shared", "ids")
+
+    def __init__(self, sub: Sequence[SimJob], cap: Mapping, shared: Optional[dict] = None):
+        lk: Dict = {}
+        jl = []
+        for jb in sub:
+            lst = []
+            for l, b in zip(jb.links, jb.B):
+                k = lk.get(l)
+                if k is None:
+                    k = lk[l] = len(lk)
+                lst.append((k, b / jb.bmax))
+            jl.append(lst)
+        self.m = len(sub)
+        self.jl = jl
+        self.capl = [cap[l] for l in lk]
+        self.prio = [jb.priority for jb in sub]
+        self.lmax = [jb.lam_max for jb in sub]
+        self.bmax = [jb.bmax for jb in sub]
+        self.classes = sorted(set(self.prio))
+        self.cache: Dict[int, List[float]] = {}
+        # ``shared``: allocations reused across simulations (the rates of a set of
+        # communicating jobs do not depend on the jobs that are computing).  Jobs are
+        # interned by their full signature; identical jobs get identical rates by symmetry.
+        self.shared = shared
+        if shared is not None:
+            intern = shared.setdefault("__ids__", {})
+            self.ids = [intern.setdefault((jb.links, jb.B, jb.bmax, jb.priority, jb.lam_max),
+                                          len(intern)) for jb in sub]
+
+    def rates(self, mask: int) -> List[float]:
+        x = self.cache.get(mask)
+        if x is not None:
+            return x
+        if self.shared is not None:
+            ids = self.ids
+            key = tuple(sorted(ids[j] for j in range(self.m) if (mask >> j) & 1))
+            byid = self.shared.get(key)
+            if byid is None:
+                x = self._fill(mask)
+                self.shared[key] = {ids[j]: x[j] for j in range(self.m) if (mask >> j) & 1}
+            else:
+                x = [byid[ids[j]] if (mask >> j) & 1 else 0.0 for j in range(self.m)]
+            self.cache[mask] = x
+            return x
+        x = self._fill(mask)
+        self.cache[mask] = x
+        return x
+
+    def _fill(self, mask: int) -> List[float]:
+        m, prio, lmax, jl = self.m, self.prio, self.lmax, self.jl
+        x = [0.0] * m
+        resid = list(self.capl)
+        for k in self.classes:
+            members = [j for j in range(m) if (mask >> j) & 1 and prio[j] == k]
+            if not members:
+                continue
+            users: Dict[int, List[Tuple[int, float]]] = {}
+            for j in members:
+                for l, a in jl[j]:
+                    u = users.get(l)
+                    if u is None:
+                        users[l] = [(j, a)]
+                    else:
+                        u.append((j, a))
+            R = {l: max(0.0, resid[l]) for l in users}
+            frozen_used = dict.fromkeys(users, 0.0)
+            lam: Dict[int, float] = {}
+            unfrozen = set(members)
+            level = 0.0
+            while unfrozen:
+                cand = INF
+                link_level = []
+                for l, us in users.items():
+                    w = 0.0
+                    for j, a in us:
+                        if j in unfrozen:
+                            w += a
+                    if w > 0.0:
+                        v = (R[l] - frozen_used[l]) / w
+                        link_level.append((l, v))
+                        if v < cand:
+                            cand = v
+                for j in unfrozen:
+                    if lmax[j] < cand:
+                        cand = lmax[j]
+                if cand == INF:
+                    for j in unfrozen:
+                        lam[j] = INF
+                    break
+                if cand > level:
+                    level = cand
+                lim = level + 1e-12 * max(1.0, abs(level))
+                newly = set()
+                for l, v in link_level:
+                    if v <= lim:
+                        for j, _a in users[l]:
+                            if j in unfrozen:
+                                newly.add(j)
+                for j in unfrozen:
+                    if lmax[j] <= lim:
+                        newly.add(j)
+                lv = max(0.0, level)
+                for j in sorted(newly):
+                    lam[j] = lv
+                    for l, a in jl[j]:
+                        frozen_used[l] += a * lv
+                unfrozen -= newly
+            for l in users:
+                resid[l] = R[l] - frozen_used[l]
+            for j in members:
+                x[j] = lam[j] / self.bmax[j]
+        return x
+
+
+def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = None,
+             alloc_cache: Optional[dict] = None) -> List[float]:
+    """Steady-state iteration time of every job (seconds; inf if starved).  See module doc.
+    ``alloc_cache``: a dict shared by many calls on the same links (``Evaluator``) to reuse
+    rate allocations across simulations (equal up to float summation order)."""
     n = len(jobs)
     if n == 0:
         return []
@@ -150,6 +274,7 @@ def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = N
     m = len(sub)
     comp = [j.compute_s for j in sub]
     norm = [c if c > 0 else 1.0 for c in comp]
+    tiny = [1e-9 * v for v in norm]
     state = [0] * m           # 0: compute (or waiting for the shift), 1: communicate
     rem = [0.0] * m
     for i, jb in enumerate(sub):
@@ -160,67 +285,76 @@ def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = N
     ref = max(range(m), key=lambda i: isolated_sim_time(sub[i], cap))
     counts = [0] * m
     done_times: List[List[float]] = [[] for _ in range(m)]
-    rate_cache: Dict[int, List[float]] = {}
-    bits = [1 << i for i in range(m)]
+    alloc = _Alloc(sub, cap, alloc_cache)
+    rates = alloc.rates
+    rcache = alloc.cache
+    rng = range(m)
+    mask = 0
+    for i in rng:
+        if state[i]:
+            mask |= 1 << i
     seen: Dict[tuple, Tuple[float, Tuple[int, ...]]] = {}
     t = 0.0
     result: Optional[List[float]] = None
+    # per set of communicating jobs (bit mask): the communicating and the computing indices
+    split: Dict[int, Tuple[List[int], List[int]]] = {}
     for _ev in range(max_events):
-        mask = sum(bits[i] for i in range(m) if state[i])
-        x = rate_cache.get(mask)
+        x = rcache.get(mask)
         if x is None:
-            act = [i for i in range(m) if state[i]]
-            xd = allocate(sub, act, cap)
-            x = [xd.get(i, 0.0) for i in range(m)]
-            rate_cache[mask] = x
+            x = rates(mask)
+        sp = split.get(mask)
+        if sp is None:
+            sp = split[mask] = ([i for i in rng if (mask >> i) & 1],
+                                [i for i in rng if not (mask >> i) & 1])
+        act, idle = sp
         dt = INF
-        for i in range(m):
-            if state[i]:
-                if x[i] > 0.0:
-                    d = rem[i] / x[i]
-                    if d < dt:
-                        dt = d
-            elif rem[i] < dt:
+        for i in act:
+            xi = x[i]
+            if xi > 0.0:
+                d = rem[i] / xi
+                if d < dt:
+                    dt = d
+        for i in idle:
+            if rem[i] < dt:
                 dt = rem[i]
         if dt == INF:
             break
         t += dt
-        completed = False
         ref_done = False
-        for i in range(m):
-            if state[i]:
-                r = rem[i] - x[i] * dt
-                if r <= 1e-9:
-                    counts[i] += 1
-                    done_times[i].append(t)
-                    completed = True
-                    if i == ref:
-                        ref_done = True
-                    if comp[i] > 0.0:
-                        state[i], rem[i] = 0, comp[i]
-                    else:
-                        rem[i] = 1.0
+        for i in act:
+            r = rem[i] - x[i] * dt
+            if r <= 1e-9:
+                counts[i] += 1
+                done_times[i].append(t)
+                if i == ref:
+                    ref_done = True
+                if comp[i] > 0.0:
+                    state[i], rem[i] = 0, comp[i]
+                    mask ^= 1 << i
                 else:
-                    rem[i] = r
+                    rem[i] = 1.0
             else:
-                r = rem[i] - dt
-                if r <= 1e-9 * norm[i]:
-                    state[i], rem[i] = 1, 1.0
-                else:
-                    rem[i] = r
+                rem[i] = r
+        for i in idle:
+            r = rem[i] - dt
+            if r <= tiny[i]:
+                state[i], rem[i] = 1, 1.0
+                mask |= 1 << i
+            else:
+                rem[i] = r
         if ref_done:
             key = tuple((state[i], round(rem[i] / (1.0 if state[i] else norm[i]), 7))
-                        for i in range(m))
+                        for i in rng)
             prev = seen.get(key)
             if prev is not None:
                 t0, c0 = prev
                 span = t - t0
-                result = [span / (counts[i] - c0[i]) if counts[i] > c0[i] else INF for i in range(m)]
+                result = [span / (counts[i] - c0[i]) if counts[i] > c0[i] else INF for i in rng]
                 break
             seen[key] = (t, tuple(counts))
     if result is None:   # no exact cycle within the budget: average over the second half
         result = []
-        for i in range(m):
+        for i in rng:
             d = done_times[i]
             if len(d) >= 3:
                 h = len(d) // 2
@@ -271,13 +405,17 @@ def _job_sig(jb: SimJob, cap: Mapping) -> tuple:
 class Evaluator:
     """Evaluates groups of SimJobs with component splitting and a canonical-key cache."""
 
-    def __init__(self, cap: Mapping):
+    def __init__(self, cap: Mapping, share_allocations: bool = False):
+        """``share_allocations``: reuse rate allocations across the simulations of this
+        evaluator (a search that evaluates many variants of one group; results equal to the
+        plain evaluation up to float summation order)."""
         self.cap = cap
+        self.alloc_cache: Optional[dict] = {} if share_allocations else None
         self.cache: Dict[tuple, Tuple[float, ...]] = {}
         self.evaluations = 0       # simulations actually run
         self.lookups = 0
 
-    def _component(self, comp: List[SimJob]) -> List[float]:
+    def _component(self, comp: List[SimJob], budget: float = 1.0) -> List[float]:
         self.lookups += 1
         if len(comp) == 1:
             jb = comp[0]
@@ -300,23 +438,28 @@ class Evaluator:
                 items.append((relabel[l], b))
             parts.append((jb.compute_s, jb.priority, jb.lam_max, jb.shift_s, jb.bmax, tuple(items)))
         capsig = tuple(self.cap[l] for l, _ in sorted(relabel.items(), key=lambda kv: kv[1]))
-        key = (tuple(parts), capsig)
+        key = (tuple(parts), capsig, budget)
         res = self.cache.get(key)
         if res is None:
             self.evaluations += 1
             ordered = [comp[i] for i in order]
-            res = tuple(simulate(ordered, self.cap))
+            me = None
+            if budget != 1.0:
+                me = max(10, int(budget * (60 + 30 * sum(1 for jb in ordered if jb.bmax > 0))))
+            res = tuple(simulate(ordered, self.cap, me, self.alloc_cache))
             self.cache[key] = res
         out = [0.0] * len(comp)
         for pos, i in enumerate(order):
             out[i] = res[pos]
         return out
 
-    def times(self, jobs: Sequence[SimJob]) -> List[float]:
+    def times(self, jobs: Sequence[SimJob], budget: float = 1.0) -> List[float]:
+        """Iteration times; ``budget`` < 1: a screening evaluation with that fraction of the
+        model's event budget (cached separately; never a substitute for the model's figure)."""
         jobs = prune_private_links(jobs, self.cap)
         out = [0.0] * len(jobs)
         for comp in _components(jobs):
-            res = self._component([jobs[i] for i in comp])
+            res = self._component([jobs[i] for i in comp], budget)
             for i, r in zip(comp, res):
                 out[i] = r
         return out
