@@ -51,7 +51,8 @@ def _positive(v: str) -> float:
 def _config(a):
     from .engine import SimConfig
     return SimConfig(epoch_s=a.epoch, bin_s=a.bin, num_classes=a.classes,
-                     decision_timeout_s=a.decision_timeout, max_time_s=a.max_time,
+                     decision_timeout_s=a.decision_timeout, decision_budget_s=a.decision_budget,
+                     max_time_s=a.max_time,
                      intra_host_gbps=a.intra_host_gbps, isolated=not a.no_isolated,
                      measured_view=not a.declared_view, progress=not a.quiet, poll_s=a.poll,
                      estimate_profiles=a.estimate_profiles)
@@ -67,6 +68,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classes", type=int, default=4, help="strict-priority classes (default 4)")
     p.add_argument("--decision-timeout", type=_positive, default=None, metavar="S",
                    help="drop a decision that takes longer; the policy is then no longer called")
+    p.add_argument("--decision-budget", type=_positive, default=None, metavar="S",
+                   help="total decision time after which the policy is no longer called")
     p.add_argument("--max-time", type=_positive, default=None, metavar="S",
                    help="stop at this trace time")
     p.add_argument("--intra-host-gbps", type=_positive, default=None,

@@ -5,8 +5,8 @@
 
 Each policy runs in its own process (``python -m simulation run``), results in DIR/<policy>/.
 A decision slower than --decision-timeout is dropped and the policy is not called again
-(the run goes on with its last decisions); a run longer than --run-timeout is killed and
-reported as such.  Table columns:
+(the run goes on with its last decisions); so is a policy whose decisions add up to more than
+--decision-budget seconds; a run longer than --run-timeout is killed and reported as such.  Table columns:
 
   mean iter s   mean over jobs of the job's mean iteration time
   p99 iter s    mean over jobs of the job's p99 iteration time
@@ -57,6 +57,9 @@ def summarize(dirpath: Path) -> Dict[str, object]:
     statuses = [r["status"] for r in epochs.values()]
     timeouts = sum(1 for s in statuses if s.startswith("timeout"))
     status = "ok" if not timeouts else f"{timeouts} decision timeout(s), then held"
+    if any("budget spent" in s for s in statuses):
+        called = sum(1 for s in statuses if s not in ("disabled", "no policy", "controller down"))
+        status = f"decision budget spent after {called} epochs, then held"
     unfinished = int(np.sum(np.isnan(jct)))
     if unfinished:
         status += f"; {unfinished} jobs unfinished"
@@ -79,6 +82,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     ap.add_argument("--out", default=None, help="default: results/sim-compare-<scenario name>")
     ap.add_argument("--decision-timeout", type=float, default=10.0, metavar="S")
+    ap.add_argument("--decision-budget", type=float, default=120.0, metavar="S",
+                    help="total decision time per run after which the policy is no longer called")
     ap.add_argument("--run-timeout", type=float, default=1200.0, metavar="S")
     ap.add_argument("--epoch", type=float, default=None, metavar="S")
     ap.add_argument("--max-time", type=float, default=None, metavar="S")
@@ -94,7 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = []
     for pol in [p.strip() for p in a.policies.split(",") if p.strip()]:
         cmd = [sys.executable, "-m", "simulation", "run", a.scenario, "--policy", pol,
-               "--out", str(out / pol), "--decision-timeout", str(a.decision_timeout), "--quiet"]
+               "--out", str(out / pol), "--decision-timeout", str(a.decision_timeout),
+               "--decision-budget", str(a.decision_budget), "--quiet"]
         if a.epoch:
             cmd += ["--epoch", str(a.epoch)]
         if a.max_time:

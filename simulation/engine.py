@@ -61,6 +61,7 @@ class SimConfig:
     default_class: int = 0                   # class of a job the policy has not decided on
     decision_timeout_s: Optional[float] = None   # a decision slower than this is dropped
     max_timeouts: int = 1                    # after this many timed-out decisions the policy is no longer called
+    decision_budget_s: Optional[float] = None  # total decision time after which the policy is no longer called
     max_time_s: Optional[float] = None       # stop at this trace time (jobs left unfinished)
     intra_host_gbps: Optional[float] = None  # None: same-host transfers are free
     isolated: bool = True                    # simulate every job alone for slowdown_vs_isolated
@@ -288,6 +289,7 @@ class Engine:
         self.polling = policy is not None and self.cfg.measured_view
         self.driver = None
         self.controller_down_until = -1.0
+        self.decision_total_s = 0.0
         self.job_rate = np.zeros(len(self.jobs))
         self.job_cum = np.zeros(len(self.jobs))
         self.job_cum_mark = np.zeros(len(self.jobs))
@@ -588,6 +590,11 @@ class Engine:
                 if self.timeouts >= self.cfg.max_timeouts:
                     self.policy_disabled = True
                     status = "timeout; policy no longer called"
+            self.decision_total_s += ms / 1e3
+            budget = self.cfg.decision_budget_s
+            if budget is not None and self.decision_total_s > budget and not self.policy_disabled:
+                self.policy_disabled = True
+                status += "; decision budget spent, policy no longer called"
         elif self.policy_disabled:
             status = "disabled"
         elif self.policy is None:
@@ -842,7 +849,8 @@ def simulate(rs: ResolvedScenario, policy=None, config: Optional[SimConfig] = No
                               "utilisation": gbps / l.gbps})
     stats = {"events": eng.events, "rate_updates": eng.rate_updates,
              "wall_s": eng.wall_s, "sim_time_s": eng.now, "epochs": eng.epoch_no,
-             "timeouts": eng.timeouts, "jobs": len(eng.jobs), "gpus": rs.cluster.num_gpus,
+             "timeouts": eng.timeouts, "decision_total_s": eng.decision_total_s,
+             "policy_disabled": eng.policy_disabled, "jobs": len(eng.jobs), "gpus": rs.cluster.num_gpus,
              "jobs_finished": eng.jobs_done}
     return SimResult(rs.scenario, name, iters, summary, link_bins, eng.decision_rows,
                      eng.epoch_rows, stats)

@@ -342,3 +342,21 @@ def test_fair_policy_equals_no_controller():
     b = simulate(rs, get_policy("fair"), SimConfig(isolated=False))
     assert [r[:3] for r in a.iterations] == [r[:3] for r in b.iterations]
     assert np.allclose([r[6] for r in a.iterations], [r[6] for r in b.iterations], rtol=1e-9)
+
+
+def test_decision_budget_stops_calling():
+    calls = []
+
+    class Slowish(Policy):
+        name = "slowish"
+
+        def decide(self, state):
+            calls.append(1)
+            time.sleep(0.02)
+            return {}
+
+    rs = scenario([dp_job("a", ["r0h0", "r1h0"], 0.02, 100e6, iters=40)], epoch=0.02)
+    res = simulate(rs, Slowish(), SimConfig(decision_budget_s=0.05))
+    assert 3 <= len(calls) <= 4
+    assert any("budget spent" in e["status"] for e in res.epochs)
+    assert res.stats["policy_disabled"] and res.stats["jobs_finished"] == 1
