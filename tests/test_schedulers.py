@@ -191,6 +191,31 @@ def test_harmonics_one_consistent_decision_per_rack_spanning_job(which):
                 assert (d[a.job].priority, d[a.job].spine) == (a.priority, a.spine)
 
 
+def test_harmonics_large_fragmented_groups_bounded_work_and_consistent():
+    """Fragmented placement: every rack's jobs form one interaction group of ~20 rack-spanning
+    jobs.  Groups above ``large_group`` are scored with the closed-form proxy: the work is
+    bounded by counts (no timing), the decision stays consistent, and says so in its reason."""
+    from simulation.workload import generate
+    from workloads.cluster import ClusterSpec
+    spec = ClusterSpec(racks=6, hosts_per_rack=8, spines=4, gpus_per_host=8,
+                       host_link_gbps=200.0, uplink_gbps=200.0, gpu="A100")
+    st = state_from_scenario(resolve(generate(spec, 24, seed=1, placement="fragmented")))
+    h = get_policy("harmonics")
+    d = h.decide(st)
+    s = h.stats
+    assert s["proxy_groups"] >= 1
+    # the model is not run on the large groups (scored with the model, this state needs
+    # about 3,700 simulations of groups of up to 12 jobs)
+    assert s["simulations"] <= 200 and s["local_evals"] <= 200
+    # closed-form scorings: per rack and round at most (passes + 2) x jobs x options
+    O = st.num_classes * (st.cluster.spec.spines + 1)
+    bound = h.max_rounds * (h.max_passes + 2) * O * sum(len(v) for v in h.rack_views.values())
+    assert 0 < s["proxy_evals"] <= bound
+    _check_consistent(st, h, d)
+    assert any("closed-form" in x.reason for x in d.values())
+    assert set(d) == {j.name for j in st.jobs}
+
+
 def test_harmonics_reuses_decisions_when_state_unchanged():
     st = state_from_scenario(resolve(mix_scenario(64)))
     h = get_policy("harmonics")

@@ -19,11 +19,16 @@ options evaluated once (free spines; classes with the same order relative to eve
 neighbour), memo per group, held solves reused when the held decisions did not change, the
 evaluator's sub-problem cache kept across epochs (``incremental``); one approximate one:
 rack-local moves screened on a third of the event budget, the best two evaluated in full.
+Interaction groups of more than ``large_group`` jobs (fragmented placements: a whole rack in
+one group) are not scored with the model but with a closed-form load proxy (``_proxy``);
+the decisions of the jobs concerned say so in their reason.
 """
 from __future__ import annotations
 
 import itertools
 import json
+
+import numpy as np
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -34,6 +39,13 @@ from .common import (DEFAULT_CAP_FRACS, Opt, has_comm, interaction_groups, make_
 from .model import (BYTES_PER_GBIT, STARVED_SLOWDOWN, ContentionModel, Evaluator, SimJob,
                     link_capacities)
 
+
+# the closed-form proxy of large groups (LocalScheduler._proxy): a job's free fraction below
+# the higher classes is floored at this (under saturated higher classes it is scored
+# 1/PROXY_FREE_MIN slower); "product": the free fractions of its links multiply, "max": its
+# worst link alone (the default; measured side by side in docs/harmonics.md)
+PROXY_FREE_MIN = 0.05
+PROXY_BLOCK = "max"
 
 # ---------------------------------------------------------------------------
 # Messages
@@ -73,20 +85,36 @@ class RackSummary:
     local_jobs: int                # rack-local jobs (never described to the Coordinator)
 
     def to_json(self) -> str:
+        """Compact wire form: each option is a row ``[priority, spine, cap, own, local_others,
+        cross]``, ``cross`` the values of ``cross_others`` in the order of the job's ``cross``
+        list (every option of a job reports the same other jobs), or a dict if they differ."""
+        jobs = []
+        for j in self.jobs:
+            cross = list(j.options[0].cross_others) if j.options else []
+            rows = []
+            for o in j.options:
+                co = o.cross_others
+                vals = [co[m] for m in cross] if list(co) == cross else co
+                rows.append([o.priority, o.spine, o.cap, o.own, o.local_others, vals])
+            jobs.append({"job": j.job, "preferred": j.preferred, "uplink_gbps": j.uplink_gbps,
+                         "compute_s": j.compute_s, "iso_s": j.iso_s,
+                         "local_peers": j.local_peers, "cross": cross, "options": rows})
         return json.dumps({"rack": self.rack, "epoch": self.epoch, "round": self.round,
                            "uplink_demand_gbps": self.uplink_demand_gbps,
-                           "local_jobs": self.local_jobs,
-                           "jobs": [{"job": j.job, "preferred": j.preferred,
-                                     "uplink_gbps": j.uplink_gbps, "compute_s": j.compute_s,
-                                     "iso_s": j.iso_s, "local_peers": j.local_peers,
-                                     "options": [o.__dict__ for o in j.options]} for j in self.jobs]})
+                           "local_jobs": self.local_jobs, "jobs": jobs})
 
     @classmethod
     def from_json(cls, s: str) -> "RackSummary":
         d = json.loads(s)
-        d["jobs"] = [JobSummary(j["job"], j["preferred"], [OptionCost(**o) for o in j["options"]],
-                                j["uplink_gbps"], j["compute_s"], j["iso_s"], j["local_peers"])
-                     for j in d["jobs"]]
+        jobs = []
+        for j in d["jobs"]:
+            cross = j["cross"]
+            opts = [OptionCost(p, sp, c, own, lo,
+                               dict(zip(cross, vals)) if isinstance(vals, list) else vals)
+                    for p, sp, c, own, lo, vals in j["options"]]
+            jobs.append(JobSummary(j["job"], j["preferred"], opts, j["uplink_gbps"],
+                                   j["compute_s"], j["iso_s"], j["local_peers"]))
+        d["jobs"] = jobs
         return cls(**d)
 
 
@@ -130,7 +158,9 @@ class LocalScheduler:
     def __init__(self, rack: int, state: ClusterState, model: ContentionModel, rack_links: set,
                  names: Sequence[str], pot: Dict[str, set], K: int, cap_fracs: Sequence[float],
                  exhaustive_limit: int = 256, max_passes: int = 3, span_weight: bool = False,
-                 cross_caps: bool = False, screen: float = 1.0, screen_keep: int = 2):
+                 cross_caps: bool = False, screen: float = 1.0, screen_keep: int = 2,
+                 large_group: int = 8):
+        self.large_group = large_group
         self.screen = screen
         self.screen_keep = screen_keep
         self.rack = rack
@@ -171,7 +201,16 @@ class LocalScheduler:
         self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
         self._solved: Dict[tuple, Dict[str, Opt]] = {}           # (group, fixed) -> solution
         self.evals = 0
+        self.proxy_evals = 0
+        self.proxy_batches = 0
+        self._prows: Dict[tuple, tuple] = {}
+        self._lidx = {l: i for i, l in enumerate(sorted(rack_links))}
+        self.large = [g for g in self.groups if self._is_large(g)]
 
+    def _is_large(self, group: Sequence[str]) -> bool:
+        """A group of more than ``large_group`` jobs is scored with the closed-form load
+        proxy (``_proxy``) instead of the model (see docs/harmonics.md, complexity)."""
+        return self.large_group > 0 and len(group) > self.large_group
     # -- the rack's view of the model ----------------------------------------
     def _sim(self, n: str, o: Opt) -> SimJob:
         key = (n, o.spine, o.cap)
@@ -183,17 +222,105 @@ class LocalScheduler:
         return _with_priority(b, o.priority)
 
     def _slowdowns(self, group: Sequence[str], a: Dict[str, Opt], budget: float = 1.0) -> List[float]:
+        large = self._is_large(group)
+        if large:
+            budget = 0.0          # one memo per group for the proxy (no screening runs)
         key = tuple(a[n] for n in group)
         memo = self._memo.setdefault((tuple(group), budget), {})
         hit = memo.get(key)
         if hit is not None:
             return hit
+        if large:
+            self.proxy_evals += 1
+            res = self._proxy(group, a)[0]
+            memo[key] = res
+            return res
         self.evals += 1
         ts = self.model.ev.times([self._sim(n, a[n]) for n in group], budget)
         res = [min(t / self.iso[n] if self.iso[n] > 0 else 1.0, STARVED_SLOWDOWN)
                for n, t in zip(group, ts)]
         memo[key] = res
         return res
+
+    def _proxy_row(self, n: str, o: Opt) -> tuple:
+        """(u, t, floor, compute, iso) of n under o in this rack's view, u and t over the rack's
+        links: u_e = B_e / (C_e * iso) (its share of e's time at its isolated pace), t_e = B_e / C_e;
+        floor = bmax / lam_max (caps and the global-pace floor).  The same SimJob as the model's."""
+        key = (n, o.spine, o.cap)
+        row = self._prows.get(key)
+        if row is None:
+            sj = self._sim(n, o)
+            cap = self.model.ev.cap
+            iso = self.iso[n]
+            L = len(self._lidx)
+            u = np.zeros(L)
+            t = np.zeros(L)
+            if iso > 0 and sj.bmax > 0:
+                for l, b in zip(sj.links, sj.B):
+                    i = self._lidx[l]
+                    t[i] = b / cap[l]
+                    u[i] = t[i] / iso
+                fl = sj.bmax / sj.lam_max if sj.lam_max < float("inf") else 0.0
+                row = (u, t, fl, sj.compute_s, iso)
+            else:
+                row = (u, t, -1.0, sj.compute_s, iso)     # no traffic here: slowdown 1
+            self._prows[key] = row
+        return row
+
+    def _proxy(self, group: Sequence[str], a: Dict[str, Opt], n: Optional[str] = None,
+               cands: Optional[Sequence[Opt]] = None) -> List[List[float]]:
+        """Closed-form slowdowns of a large group in this rack's view (no simulation), for
+        the assignment ``a`` with n's option replaced by each of ``cands`` (one row each;
+        n None: ``a`` itself).  Job m occupies link e a fraction u_me = B_me / (C_e iso_m) of
+        the time at its isolated pace.  On e, job j is blocked by the higher classes,
+        H_e = sum of their u, and shares with its own class, E_e = sum of the others' u in it.
+        With ``PROXY_BLOCK="product"`` it progresses only while none of its links is blocked:
+            F_j = prod_e max(1 - H_e, PROXY_FREE_MIN)
+            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e)) / max(F_j, PROXY_FREE_MIN)
+        with ``"max"`` (the default) only its worst link counts:
+            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e) / max(1 - H_e, PROXY_FREE_MIN));
+        its slowdown is (compute_j + T_j) / iso_j, capped at STARVED_SLOWDOWN.  The inputs are
+        the model's SimJobs (rack links, caps and the global-pace floor in lam_max).
+        O(candidates x jobs x rack links) numpy work.  It depends on a job's class only through
+        its order relative to the jobs sharing one of its links, and not on which unused spine
+        a job takes: the option classes of ``_option_class`` stay exact for it."""
+        if n is None:
+            n, cands = group[0], [a[group[0]]]
+        pos = list(group).index(n)
+        rows = [self._proxy_row(m, a[m]) for m in group]
+        O = len(cands)
+        U = np.empty((O, len(group), len(self._lidx)))
+        T = np.empty_like(U)
+        U[:] = np.stack([r[0] for r in rows])
+        T[:] = np.stack([r[1] for r in rows])
+        P = np.empty((O, len(group)), dtype=np.int64)
+        P[:] = [a[m].priority for m in group]
+        fl = np.empty((O, len(group)))
+        fl[:] = [r[2] for r in rows]
+        for i, o in enumerate(cands):
+            r = self._proxy_row(n, o)
+            U[i, pos], T[i, pos], fl[i, pos], P[i, pos] = r[0], r[1], r[2], o.priority
+        c = np.array([r[3] for r in rows])
+        iso = np.array([r[4] if r[4] > 0 else 1.0 for r in rows])
+        K = self.K
+        onehot = (P[:, :, None] == np.arange(K)[None, None, :])        # O x J x K
+        load = np.einsum("ojk,ojl->okl", onehot.astype(float), U)      # O x K x L
+        prefix = np.concatenate([np.zeros_like(load[:, :1]), np.cumsum(load, axis=1)], axis=1)
+        ar = np.arange(O)[:, None]
+        H = prefix[ar, P]                      # O x J x L: load of the higher classes
+        E = np.maximum(load[ar, P] - U, 0.0)   # the others of its class
+        if PROXY_BLOCK == "product":
+            # it progresses only while none of its links is taken by a higher class: the free
+            # fractions of its links multiply (blocking on different links is not aligned)
+            free = np.where(T > 0, np.maximum(1.0 - H, PROXY_FREE_MIN), 1.0).prod(axis=2)
+            te = T * (1.0 + E)
+            Tc = np.maximum(fl, te.max(axis=2)) / np.maximum(free, PROXY_FREE_MIN)
+        else:
+            te = T * (1.0 + E) / np.maximum(1.0 - H, PROXY_FREE_MIN)
+            Tc = np.maximum(fl, te.max(axis=2))
+        sd = np.minimum((c[None, :] + Tc) / iso[None, :], STARVED_SLOWDOWN)
+        sd[fl < 0] = 1.0
+        return sd.tolist()
 
     def _cost(self, group, a) -> float:
         """Rack objective: slowdowns of the group's jobs; a rack-spanning job's excess
@@ -215,7 +342,8 @@ class LocalScheduler:
             spine_load[s] = spine_load.get(s, 0.0) + 1.0
             a[n] = Opt(min(rank, self.K - 1), s, 1.0)
 
-    def _option_class(self, n: str, o: Opt, group: Sequence[str], a: Dict[str, Opt]) -> tuple:
+    def _option_class(self, n: str, o: Opt, group: Sequence[str], a: Dict[str, Opt],
+                      others: Optional[list] = None, paths: Optional[dict] = None) -> tuple:
         """Options of n that are equivalent in this rack's view share a class (exactly: the
         model gives the same iteration times):
         - a spine whose rack links no other job of the group uses is as good as any other
@@ -224,15 +352,23 @@ class LocalScheduler:
           (above / equal / below) relative to the jobs that share one of its links, so classes
           with the same order relative to each of those neighbours are equivalent."""
         spine = o.spine
-        others = [(m, self._linkset(m, a[m])) for m in group if m != n]
+        if others is None:
+            others = [(m, self._linkset(m, a[m])) for m in group if m != n]
+        if paths is not None:     # the same (spine, cap) with the same others: reuse
+            hit = paths.get((o.spine, o.cap))
+            if hit is not None:
+                p = o.priority
+                return (tuple((p > q) - (p < q) for q in hit[1]), hit[0], o.cap)
         if spine is not None:
             sl = self.spine_links[spine]
             if all(sl.isdisjoint(ls) for _, ls in others):
                 spine = "free"
         mine = self._linkset(n, o)
         p = o.priority
-        rel = tuple((p > a[m].priority) - (p < a[m].priority)
-                    for m, ls in others if not mine.isdisjoint(ls))
+        prios = [a[m].priority for m, ls in others if not mine.isdisjoint(ls)]
+        if paths is not None:
+            paths[(o.spine, o.cap)] = (spine, prios)
+        rel = tuple((p > q) - (p < q) for q in prios)
         return (rel, spine, o.cap)
 
     def _linkset(self, n: str, o: Opt) -> frozenset:
@@ -247,11 +383,42 @@ class LocalScheduler:
         """(option, slowdowns of the group) for every option of n, one evaluation per class."""
         done: Dict[tuple, List[float]] = {}
         keep = a[n]
-        same = self._option_class(n, skip, group, a) if skip is not None else None
+        others = [(m, self._linkset(m, a[m])) for m in group if m != n]   # held: fixed
+        paths: dict = {}
+        cls: Dict[Opt, tuple] = {}
+
+        def klass(o):
+            k = cls.get(o)
+            if k is None:
+                k = cls[o] = self._option_class(n, o, group, a, others, paths)
+            return k
+        same = klass(skip) if skip is not None else None
+        if self._is_large(group):
+            # the proxy scores all of n's remaining option classes in one batch
+            memo = self._memo.setdefault((tuple(group), 0.0), {})
+            reps: Dict[tuple, Opt] = {}
+            for o in self.options[n]:
+                if o != skip:
+                    k = klass(o)
+                    if k != same:
+                        reps.setdefault(k, o)
+            pos = list(group).index(n)
+            base_key = [a[m] for m in group]
+            todo = []
+            for o in reps.values():
+                base_key[pos] = o
+                if tuple(base_key) not in memo:
+                    todo.append(o)
+            if todo:
+                self.proxy_evals += len(todo)
+                self.proxy_batches += 1
+                for o, sd in zip(todo, self._proxy(group, a, n, todo)):
+                    base_key[pos] = o
+                    memo[tuple(base_key)] = sd
         for o in self.options[n]:
             if o == skip:
                 continue
-            k = self._option_class(n, o, group, a)
+            k = klass(o)
             if k == same:         # equivalent to the held option: the same costs, no move
                 continue
             if k not in done:
@@ -291,7 +458,7 @@ class LocalScheduler:
             for n in free:
                 keep = a[n]
                 best_o, best_c = keep, cur
-                if self.screen < 1.0 and n not in self._cross_set:
+                if self.screen < 1.0 and n not in self._cross_set and not self._is_large(group):
                     # screening: every option on a short run, the best few on the full model
                     quick = sorted(((self._group_cost(group, sd), i, o) for i, (o, sd) in
                                     enumerate(list(self._each_option(n, group, a, skip=keep,
@@ -559,7 +726,8 @@ class HarmonicsPolicy(Policy):
                  exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
                  reuse: bool = True, span_weight: bool = False, compound: str = "product",
                  cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
-                 screen_keep: int = 2):
+                 screen_keep: int = 2, large_group: int = 8):
+        self.large_group = large_group   # groups larger than this: closed-form proxy
         self.screen = screen
         self.screen_keep = screen_keep
         self.cross_caps = cross_caps
@@ -641,7 +809,7 @@ class HarmonicsPolicy(Policy):
         locs = {r: LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
                                   self.cap_fracs, self.exhaustive_limit, self.max_passes,
                                   self.span_weight, self.cross_caps, self.screen,
-                                  self.screen_keep)
+                                  self.screen_keep, self.large_group)
                 for r in sorted(rack_jobs)}
         coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
         epoch = state.epoch
@@ -694,7 +862,16 @@ class HarmonicsPolicy(Policy):
         self.stats = {"seconds": elapsed, "critical_path_s": crit, "rounds": rounds,
                       "racks": len(locs), "cross_jobs": len(current or {}),
                       "local_evals": sum(L.evals for L in locs.values()),
+                      "proxy_evals": sum(L.proxy_evals for L in locs.values()),
+                      "proxy_groups": sum(len(L.large) for L in locs.values()),
+                      "proxy_batches": sum(L.proxy_batches for L in locs.values()),
                       "simulations": model.ev.evaluations, "reused": 0}
+        # jobs scored with the closed-form proxy in at least one rack (said in the reason)
+        proxied: Dict[str, List[int]] = {}
+        for r, L in locs.items():
+            for g in L.large:
+                for n in g:
+                    proxied.setdefault(n, []).append(r)
         out: Decisions = {}
         for j in state.jobs:
             o = final.get(j.name)
@@ -702,6 +879,10 @@ class HarmonicsPolicy(Policy):
                 out[j.name] = Decision(job=j.name, reason="harmonics: no network traffic")
                 continue
             tier = "coordinator" if j.name in (current or {}) else f"local scheduler of rack {j.racks[0]}"
-            out[j.name] = make_decision(model, j.name, o, f"harmonics: {tier}, class {o.priority}, "
-                                        f"spine {o.spine}, cap {o.cap:g}")
+            why = f"harmonics: {tier}, class {o.priority}, spine {o.spine}, cap {o.cap:g}"
+            if j.name in proxied:
+                why += (f"; group > {self.large_group} jobs in rack(s) "
+                        f"{','.join(map(str, proxied[j.name]))}: scored with the closed-form "
+                        f"load proxy, not the model")
+            out[j.name] = make_decision(model, j.name, o, why)
         return out
