@@ -5,7 +5,7 @@ import itertools
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .base import ClusterState, Decision
-from .model import ContentionModel
+from .model import ContentionModel, connected_groups
 
 DEFAULT_CAP_FRACS: Tuple[float, ...] = (1.0, 0.5)
 
@@ -70,26 +70,5 @@ def potential_links(state: ClusterState, model: ContentionModel, name: str) -> s
 
 
 def interaction_groups(names: Sequence[str], links_of: Dict[str, set]) -> List[List[str]]:
-    """Jobs that may share a link, transitively (union-find)."""
-    parent = {n: n for n in names}
-
-    def find(a):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    owner: Dict[int, str] = {}
-    for n in names:
-        for l in links_of[n]:
-            o = owner.get(l)
-            if o is None:
-                owner[l] = n
-            else:
-                ra, rb = find(o), find(n)
-                if ra != rb:
-                    parent[ra] = rb
-    groups: Dict[str, List[str]] = {}
-    for n in names:
-        groups.setdefault(find(n), []).append(n)
-    return list(groups.values())
+    """Jobs that may share a link, transitively."""
+    return connected_groups(names, links_of.__getitem__)

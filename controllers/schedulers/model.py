@@ -372,8 +372,10 @@ def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = N
 # Independent groups + cache
 # ---------------------------------------------------------------------------
 
-def _components(jobs: Sequence[SimJob]) -> List[List[int]]:
-    parent = list(range(len(jobs)))
+def connected_groups(items: Sequence, links_of) -> List[list]:
+    """Items that share a link, transitively (union-find); ``links_of(item)`` gives its links.
+    Groups keep the items' order."""
+    parent = {it: it for it in items}
 
     def find(a):
         while parent[a] != a:
@@ -382,19 +384,23 @@ def _components(jobs: Sequence[SimJob]) -> List[List[int]]:
         return a
 
     owner: Dict = {}
-    for j, jb in enumerate(jobs):
-        for l in jb.links:
+    for it in items:
+        for l in links_of(it):
             o = owner.get(l)
             if o is None:
-                owner[l] = j
+                owner[l] = it
             else:
-                ra, rb = find(o), find(j)
+                ra, rb = find(o), find(it)
                 if ra != rb:
                     parent[ra] = rb
-    groups: Dict[int, List[int]] = {}
-    for j in range(len(jobs)):
-        groups.setdefault(find(j), []).append(j)
+    groups: Dict = {}
+    for it in items:
+        groups.setdefault(find(it), []).append(it)
     return list(groups.values())
+
+
+def _components(jobs: Sequence[SimJob]) -> List[List[int]]:
+    return connected_groups(range(len(jobs)), lambda j: jobs[j].links)
 
 
 def _job_sig(jb: SimJob, cap: Mapping) -> tuple:
