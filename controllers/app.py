@@ -89,6 +89,8 @@ class HarmonicsController(app_manager.OSKenApp):
         # the epoch loop: measure, decide, apply (only when the run names a policy)
         self.epoch_s = float(self.config.get("epoch_s", 1.0))
         self.bins: list = []                 # per poll: {job: {(src, dst): bytes}}
+        self.window: list = []               # the bins the estimator sees
+        self.estimate_window_s = float(self.config.get("estimate_window_s", max(4.0, self.epoch_s)))
         self.last_record: Optional[dict] = None
         self.job_rate_mbps: Dict[str, float] = {}
         self.shift_seq: Dict[str, Tuple[int, float]] = {}
@@ -240,14 +242,21 @@ class HarmonicsController(app_manager.OSKenApp):
     def _run_epoch(self):
         now = time.time()
         with self.lock:
-            bins, self.bins = self.bins, []
+            fresh, self.bins = self.bins, []
+        # the estimator looks at a sliding window of the last estimate_window_s (several
+        # periods are needed for a period estimate); the rate shown is the last epoch's
+        self.window = (self.window + fresh)[-max(1, int(round(self.estimate_window_s / self.poll_s))):]
+        bins = self.window
         series: Dict[str, Dict[Tuple[str, str], list]] = {}
         for i, b in enumerate(bins):
             for job, pairs in b.items():
                 for pair, v in pairs.items():
                     series.setdefault(job, {}).setdefault(pair, [0.0] * len(bins))[i] = v
-        self.job_rate_mbps = {job: sum(map(sum, s.values())) * 8 / self.epoch_s / 1e6
-                              for job, s in series.items()}
+        self.job_rate_mbps = {}
+        for b in fresh:
+            for job, pairs in b.items():
+                self.job_rate_mbps[job] = self.job_rate_mbps.get(job, 0.0) + \
+                    sum(pairs.values()) * 8 / self.epoch_s / 1e6
         active = self.active_jobs(now)
         if not active and not self.decisions:
             return

@@ -163,7 +163,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
                  "spec_path": str((out / "specs" / f"{j.name}.json").resolve())} for j in rs.jobs]
     ctl = {"jobs": jobs_cfg, "policy": policy, "policy_kw": policy_kw or {},
            "scenario_path": str((out / "scenario.yaml").resolve()), "epoch_s": emu.epoch_s,
-           "poll_s": emu.epoch_s / 5, "num_classes": num_classes, "bandwidth_scale": emu.bandwidth_scale,
+           "poll_s": emu.epoch_s / 10, "num_classes": num_classes, "bandwidth_scale": emu.bandwidth_scale,
            "control_dir": str((out / "control").resolve()), "done_dir": str((out / "done").resolve()),
            "decisions_log": str((out / "decisions.jsonl").resolve())}
     from .net import free_tcp_port
