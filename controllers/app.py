@@ -93,7 +93,7 @@ class HarmonicsController(app_manager.OSKenApp):
         self.estimate_window_s = float(self.config.get("estimate_window_s", max(4.0, self.epoch_s)))
         self.last_record: Optional[dict] = None
         self.job_rate_mbps: Dict[str, float] = {}
-        self.shift_seq: Dict[str, Tuple[int, float]] = {}
+        self.shift_seq: Dict[str, tuple] = {}     # job -> (seq, shift, at_iteration, dscp) written
         self.driver = None
         if self.config.get("policy"):
             self._make_driver()
@@ -272,20 +272,26 @@ class HarmonicsController(app_manager.OSKenApp):
                 f.write(json.dumps(rec_d, sort_keys=True) + "\n")
 
     def _apply_shifts(self, decisions):
+        """The workers' control files: a new start-time shift (applied once, at an iteration no
+        rank has started yet) and the job's DSCP, which the workers set on their sockets so
+        that a host NIC shared by several jobs prioritises like the switches."""
         from emulation.jobspec import write_control
 
         control_dir = self.config.get("control_dir")
         if not control_dir:
             return
         for job, d in decisions.items():
-            seq, last = self.shift_seq.get(job, (0, 0.0))
-            if abs(d.shift_s - last) > 1e-6:
+            seq, last, at, last_dscp = self.shift_seq.get(job, (0, 0.0, None, None))
+            dscp = class_dscp(min(max(d.priority, 0), self.num_classes - 1), self.num_classes)
+            new_shift = abs(d.shift_s - last) > 1e-6
+            if not new_shift and dscp == last_dscp:
+                continue
+            if new_shift:
                 seq += 1
-                # apply at an iteration no rank has started yet, so all ranks shift together
                 at = self._last_iteration(job) + 2
-                write_control(os.path.join(control_dir, f"{job}.json"), d.shift_s * self.time_scale, seq,
-                              at_iteration=at)
-                self.shift_seq[job] = (seq, d.shift_s)
+            write_control(os.path.join(control_dir, f"{job}.json"), d.shift_s * self.time_scale, seq,
+                          at_iteration=at, dscp=dscp)
+            self.shift_seq[job] = (seq, d.shift_s, at, dscp)
 
     def _last_iteration(self, job: str) -> int:
         from emulation.worker import read_worker_log

@@ -187,11 +187,15 @@ def write_job_spec(job, cluster, emulation, out_path: Union[str, Path], *, port_
 
 
 def write_control(path: Union[str, Path], shift_s: float, seq: int,
-                  at_iteration: Optional[int] = None) -> None:
-    """Write a control file atomically (what the controller does)."""
+                  at_iteration: Optional[int] = None, dscp: Optional[int] = None) -> None:
+    """Write a control file atomically (what the controller does).  ``dscp``: the mark the
+    workers put on their packets from now on (state, not an event: it does not need a new
+    seq)."""
     d = {"shift_s": float(shift_s), "seq": int(seq)}
     if at_iteration is not None:
         d["at_iteration"] = int(at_iteration)
+    if dscp is not None:
+        d["dscp"] = int(dscp)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(d))

@@ -40,7 +40,7 @@ def tree_commands(dev: str, mbps: float, num_classes: int) -> List[List[str]]:
     cmds = [
         ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", f"{lowest:x}"],
         ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
-         "rate", f"{mbps}mbit", "ceil", f"{mbps}mbit", "burst", "15k", "cburst", "15k"],
+         "rate", f"{mbps}mbit", "ceil", f"{mbps}mbit", "burst", "15k", "cburst", "15k", "quantum", "15000"],
     ]
     for k in range(num_classes):
         cid = f"1:{0x10 + k:x}"
@@ -57,9 +57,16 @@ def tree_commands(dev: str, mbps: float, num_classes: int) -> List[List[str]]:
     return cmds
 
 
-def install_classes(devs: Iterable[str], mbps: float, num_classes: int) -> None:
+def install_classes(devs: Iterable[str], mbps: float, num_classes: int, run=None) -> None:
+    """Install the tree on each interface; ``run`` runs a command line in another network
+    namespace (a Mininet host's ``cmd``) and returns its output, which must be empty."""
     for dev in devs:
         for cmd in tree_commands(dev, mbps, num_classes):
+            if run is not None:
+                out = run(" ".join(cmd)).strip()
+                if out:
+                    raise RuntimeError(f"{' '.join(cmd)}: {out}")
+                continue
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")

@@ -178,6 +178,13 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
             # the run's clock starts once the cluster is up: jobs start relative to it
             start_at = time.time() + 3.0 + 0.05 * sum(len(j.workers) for j in rs.jobs)
             qos.install_classes_map(shared_link_interfaces(ec), num_classes)
+            if rs.cluster.spec.gpus_per_host > 1:
+                # several jobs' workers share a host's NIC: classes on its egress too (the
+                # workers mark their packets with their job's DSCP from the control file)
+                host_mbps = emu.link_mbps(rs.cluster.spec.host_link_gbps)
+                for h in rs.cluster.hosts:
+                    qos.install_classes([ec.host(h).defaultIntf().name], host_mbps, num_classes,
+                                        run=ec.host(h).cmd)
             for name, intf in capture_links(ec, capture if capture is not None else emu.capture).items():
                 p = subprocess.Popen(["tcpdump", "-i", intf, "-s", str(SNAPLEN), "-Z", "root", "-U", "-n", "--immediate-mode",
                                       "-w", str(out / "captures" / f"{name}.pcap"), "tcp"],

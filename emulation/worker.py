@@ -273,6 +273,22 @@ class Worker:
                     raise SetupError(f"cannot use address {self.me['ip']} ({last_err})")
                 time.sleep(min(0.2, max(0.0, deadline - time.time())))
 
+    def set_dscp(self, dscp) -> None:
+        """Mark the job's packets from the host on (the controller's class for the job), so a
+        host NIC shared by several jobs' workers can prioritise too."""
+        try:
+            dscp = int(dscp)
+        except (TypeError, ValueError):
+            return
+        if not 0 <= dscp <= 63 or dscp == self.dscp:
+            return
+        self.dscp = dscp
+        for s in list(self.out_socks.values()) + list(self.in_socks.values()):
+            try:
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+            except OSError:
+                pass
+
     def close(self) -> None:
         for s in list(self.out_socks.values()) + list(self.in_socks.values()):
             try:
@@ -388,6 +404,8 @@ class Worker:
             return 0.0
         except (OSError, ValueError):
             return 0.0  # being replaced or garbage: look again next iteration
+        if isinstance(d, dict) and d.get("dscp") is not None:
+            self.set_dscp(d["dscp"])
         if not isinstance(d, dict) or "seq" not in d or d["seq"] == self.last_seq:
             return 0.0
         at = d.get("at_iteration")

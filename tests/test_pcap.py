@@ -19,7 +19,7 @@ from emulation.worker import read_worker_log
 from tests.test_worker import (REPO, free_port_base, job_dict, make_resolved, start_workers,
                                wait_all)
 from workloads.scenario import dump_scenario, parse_scenario, resolve
-from emulation.jobspec import write_job_spec
+from emulation.jobspec import write_control, write_job_spec
 
 
 def _start_tcpdump(pcap: Path, lo: int, hi: int) -> subprocess.Popen:
@@ -67,6 +67,8 @@ def test_capture_of_two_jobs_matches_bytes_sent(tmp_path):
             job, rs.cluster, rs.scenario.emulation, path, port_base=base + 100 * k,
             start_at=start, control_dir=tmp_path / "control", log_path=tmp_path / f"{job.name}.csv",
             ip_of=lambda h: "127.0.0.1", dscp=10 if job.name == "jobB" else None))
+    # the controller's mark for jobA reaches its workers through the control file
+    write_control(tmp_path / "control" / "jobA.json", 0.0, 0, dscp=34)
     pcap = tmp_path / "lo.pcap"
     td = _start_tcpdump(pcap, base, base + 199)
     try:
@@ -97,7 +99,10 @@ def test_capture_of_two_jobs_matches_bytes_sent(tmp_path):
         assert an.throughput_mbps(name).max() > 0
         # every rank's listen port saw traffic; directions are IP pairs (all loopback here)
         assert set(j.by_direction) == {("127.0.0.1", "127.0.0.1")}
-    assert set(an.jobs["jobB"].dscp) == {10} and set(an.jobs["jobA"].dscp) == {0}
+    assert set(an.jobs["jobB"].dscp) == {10}
+    # jobA: unmarked until its workers read the control file (connection set-up), then 34
+    a = an.jobs["jobA"].dscp
+    assert set(a) <= {0, 34} and a.get(34, 0) > 0.9 * sum(a.values()), a
     cmp = compare_bytes(an.measured("unique"), exp)
     assert all(abs(c["rel_error"]) < 0.02 for c in cmp.values()), cmp
 

@@ -37,7 +37,7 @@ from .base import ClusterState, Decision, Decisions, Policy
 from .common import (DEFAULT_CAP_FRACS, Opt, has_comm, interaction_groups, make_decision,
                      path_options, potential_links)
 from .model import (BYTES_PER_GBIT, STARVED_SLOWDOWN, ContentionModel, Evaluator, SimJob,
-                    link_capacities)
+                    isolated_sim_time, link_capacities)
 
 
 # the closed-form proxy of large groups (LocalScheduler._proxy): a job's free fraction below
@@ -46,6 +46,11 @@ from .model import (BYTES_PER_GBIT, STARVED_SLOWDOWN, ContentionModel, Evaluator
 # worst link alone (the default; measured side by side in docs/harmonics.md)
 PROXY_FREE_MIN = 0.05
 PROXY_BLOCK = "max"
+# relative slack of the lower bound of a job's slowdown (LocalScheduler._lb): the model
+# detects a completion at 1e-9 of the remaining work, so an iteration may end a hair early
+LB_MARGIN = 1e-6
+USE_BOUND = True     # the lower-bound pruning of LocalScheduler._solve_group (exact)
+SCREEN_BOUND = True  # ... also before screening runs (changes which options reach the top)
 
 # ---------------------------------------------------------------------------
 # Messages
@@ -204,6 +209,8 @@ class LocalScheduler:
         self.proxy_evals = 0
         self.proxy_batches = 0
         self._prows: Dict[tuple, tuple] = {}
+        self._lbs: Dict[tuple, float] = {}
+        self.pruned = 0            # evaluations skipped by the lower bound (``_lb``)
         self._lidx = {l: i for i, l in enumerate(sorted(rack_links))}
         self.large = [g for g in self.groups if self._is_large(g)]
 
@@ -220,6 +227,22 @@ class LocalScheduler:
             b = self.model.sim_job(n, d, links=self.links, floor=n in self.cross)
             self._base[key] = b
         return _with_priority(b, o.priority)
+
+    def _lb(self, n: str, o: Opt) -> float:
+        """A lower bound of n's slowdown under o in this rack's view, whatever the others do:
+        its isolated time in the rack's view (caps and the global-pace floor included) / iso.
+        Every iteration the model simulates takes at least that long (a job alone gets its
+        highest rate), so the model's figure (an exact cycle's or the second-half mean) is
+        at least the bound; completions are detected at 1e-9 of the remaining work, hence
+        the relative margin ``LB_MARGIN`` where the bound is used (``_solve_group``)."""
+        key = (n, o.spine, o.cap)
+        v = self._lbs.get(key)
+        if v is None:
+            iso = self.iso[n]
+            v = (min(isolated_sim_time(self._sim(n, o), self.model.ev.cap) / iso,
+                     STARVED_SLOWDOWN) if iso > 0 else 1.0)
+            self._lbs[key] = v
+        return v
 
     def _slowdowns(self, group: Sequence[str], a: Dict[str, Opt], budget: float = 1.0) -> List[float]:
         large = self._is_large(group)
@@ -379,8 +402,9 @@ class LocalScheduler:
         return ls
 
     def _each_option(self, n: str, group: Sequence[str], a: Dict[str, Opt], skip=None,
-                     budget: float = 1.0):
-        """(option, slowdowns of the group) for every option of n, one evaluation per class."""
+                     budget: float = 1.0, prune=None):
+        """(option, slowdowns of the group) for every option of n, one evaluation per class;
+        ``prune(o)`` True: o is skipped (not evaluated, not yielded)."""
         done: Dict[tuple, List[float]] = {}
         keep = a[n]
         others = [(m, self._linkset(m, a[m])) for m in group if m != n]   # held: fixed
@@ -422,6 +446,8 @@ class LocalScheduler:
             if k == same:         # equivalent to the held option: the same costs, no move
                 continue
             if k not in done:
+                if prune is not None and prune(o):
+                    continue
                 a[n] = o
                 done[k] = self._slowdowns(group, a, budget)
             yield o, done[k]
@@ -440,11 +466,22 @@ class LocalScheduler:
             combos *= len(self.options[n])
             if combos > self.exhaustive_limit:
                 break
+        bound = USE_BOUND and not self._is_large(group) and not self.span_weight
+        if bound:
+            held_lb = sum(self._lb(n, a[n]) for n in group if n not in free)
         if combos <= self.exhaustive_limit:
             best, best_c = None, float("inf")
             for choice in itertools.product(*[self.options[n] for n in free]):
                 for n, o in zip(free, choice):
                     a[n] = o
+                if bound:
+                    # early abandon: even alone every job would cost at least its bound, so
+                    # a choice whose summed bounds reach the incumbent cannot replace it
+                    lb = (held_lb + sum(self._lb(n, o) for n, o in zip(free, choice))) \
+                        * (1.0 - LB_MARGIN)
+                    if best is not None and lb >= best_c - 1e-12:
+                        self.pruned += 1
+                        continue
                 c = self._cost(group, a)
                 if c < best_c - 1e-12:
                     best, best_c = choice, c
@@ -458,20 +495,35 @@ class LocalScheduler:
             for n in free:
                 keep = a[n]
                 best_o, best_c = keep, cur
+                prune = None
+                if bound:
+                    rest = sum(self._lb(m, a[m]) for m in group if m != n)
+
+                    def prune(o, rest=rest, n=n, cur0=best_c):
+                        # the same bound as the exhaustive search's: a move is accepted only
+                        # below the held cost
+                        if (rest + self._lb(n, o)) * (1.0 - LB_MARGIN) >= cur0 - 1e-9:
+                            self.pruned += 1
+                            return True
+                        return False
                 if self.screen < 1.0 and n not in self._cross_set and not self._is_large(group):
                     # screening: every option on a short run, the best few on the full model
+                    # (options the bound excludes are not screened: they cannot be accepted)
                     quick = sorted(((self._group_cost(group, sd), i, o) for i, (o, sd) in
-                                    enumerate(list(self._each_option(n, group, a, skip=keep,
-                                                                     budget=self.screen)))))
+                                    enumerate(list(self._each_option(
+                                        n, group, a, skip=keep, budget=self.screen,
+                                        prune=prune if SCREEN_BOUND else None)))))
                     cands = [o for _, _, o in quick[:self.screen_keep]]
                     for o in cands:
+                        if prune is not None and prune(o):
+                            continue
                         a[n] = o
                         c = self._cost(group, a)
                         if c < best_c - 1e-9:
                             best_o, best_c = o, c
                     a[n] = keep
                 else:
-                    for o, sd in list(self._each_option(n, group, a, skip=keep)):
+                    for o, sd in list(self._each_option(n, group, a, skip=keep, prune=prune)):
                         c = self._group_cost(group, sd)
                         if c < best_c - 1e-9:
                             best_o, best_c = o, c
@@ -726,8 +778,9 @@ class HarmonicsPolicy(Policy):
                  exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
                  reuse: bool = True, span_weight: bool = False, compound: str = "product",
                  cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
-                 screen_keep: int = 2, large_group: int = 8):
+                 screen_keep: int = 2, large_group: int = 8, converge: float = 0.0):
         self.large_group = large_group   # groups larger than this: closed-form proxy
+        self.converge = converge         # model.simulate's early stop (0: full budget)
         self.screen = screen
         self.screen_keep = screen_keep
         self.cross_caps = cross_caps
@@ -772,8 +825,8 @@ class HarmonicsPolicy(Policy):
         cap = link_capacities(cl)
         ev = self._ev
         if (not self.incremental or ev is None or ev.cap != cap
-                or len(ev.cache) > self.cache_limit):
-            ev = Evaluator(cap, share_allocations=True)
+                or len(ev.cache) > self.cache_limit or ev.converge != self.converge):
+            ev = Evaluator(cap, share_allocations=True, converge=self.converge)
         if self.incremental:
             self._ev = ev
         return ev
@@ -865,6 +918,7 @@ class HarmonicsPolicy(Policy):
                       "proxy_evals": sum(L.proxy_evals for L in locs.values()),
                       "proxy_groups": sum(len(L.large) for L in locs.values()),
                       "proxy_batches": sum(L.proxy_batches for L in locs.values()),
+                      "pruned": sum(L.pruned for L in locs.values()),
                       "simulations": model.ev.evaluations, "reused": 0}
         # jobs scored with the closed-form proxy in at least one rack (said in the reason)
         proxied: Dict[str, List[int]] = {}
