@@ -119,3 +119,27 @@ def test_link_down_and_controller_restart_mid_run(emulation_ready, tmp_path):
     assert st["counters"].get("flows_adopted", 0) > 0
     assert st["down_links"] == ["tor0-sp0"]
     assert not our_bridges()
+
+
+def test_priority_on_a_host_nic_shared_by_two_jobs(emulation_ready, tmp_path):
+    """Two jobs whose workers share both hosts' NICs (two GPUs per host): the static schedule
+    puts jobA in the high class; its packets are marked by its workers (control file) and by
+    the ToR, and it runs faster than jobB, which gets what is left."""
+    from workloads.scenario import parse_scenario
+    prof = {"phases": [{"op": "compute", "seconds": 0.02}, {"op": "allreduce", "bytes": "300MB"}]}
+    sc = parse_scenario({
+        "name": "shared-nic", "cluster": {"racks": 2, "hosts_per_rack": 1, "spines": 1, "gpus_per_host": 2,
+                                          "host_link_gbps": 100, "uplink_gbps": 100},
+        "emulation": {"bandwidth_scale": 2000, "time_scale": 10},
+        "jobs": [{"name": "jobA", "iterations": 12, "placement": {"slots": ["r0h0/0", "r1h0/0"]}, "profile": prof},
+                 {"name": "jobB", "iterations": 12, "placement": {"slots": ["r0h0/1", "r1h0/1"]}, "profile": prof}]})
+    static = tmp_path / "static.json"
+    d = {"rate_caps_gbps": {}, "spine": None, "flow_spines": {}, "shift_s": 0.0, "reason": "test"}
+    static.write_text(json.dumps({"jobA": dict(d, job="jobA", priority=0), "jobB": dict(d, job="jobB", priority=3)}))
+    out = tmp_path / "run"
+    rows = run_emulation(sc, "static", out, isolated="analytical", quiet=True, policy_kw={"path": str(static)})
+    ctl = json.loads((out / "control" / "jobA.json").read_text())
+    assert ctl["dscp"] == 46
+    assert rows["jobA"]["mean_iter_s"] < 0.85 * rows["jobB"]["mean_iter_s"], rows
+    cap = pcap.analyze_pcap(out / "captures" / "tor0-sp0.pcap", out / "specs")
+    assert max(cap.jobs["jobA"].dscp, key=cap.jobs["jobA"].dscp.get) == 46
