@@ -94,7 +94,10 @@ def _timed(policy, state) -> Tuple[float, dict]:
     return time.perf_counter() - t0, d
 
 
-def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=print) -> Optional[float]:
+def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=print,
+                  rows: Optional[List[Tuple[int, str, float]]] = None) -> Optional[float]:
+    """The decision-time table; ``rows``: if given, (gpus, policy, decision ms) are appended
+    for every figure of the table (``--csv``)."""
     out("== decision time per epoch (one core, cold epoch) ==")
     out(f"{'GPUs':>6} {'jobs':>5} {'x-rack':>6} | {'fair':>8} {'crux':>8} {'cassini':>8} "
         f"{'harmonics':>10} {'(crit.path)':>11} {'(incr.)':>8} {'(reuse)':>8} | {'optimal':>18} "
@@ -113,6 +116,11 @@ def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=pr
         crit = h.stats.get("critical_path_s", float("nan"))
         t_warm, _ = _timed(h, st)
         t_incr, _ = _timed(h, _next_epoch(st))
+        if rows is not None:
+            rows.extend((g, n, 1e3 * t[n]) for n in ("fair", "crux", "cassini", "harmonics"))
+            rows.extend([(g, "harmonics-critical-path", 1e3 * crit),
+                         (g, "harmonics-incremental", 1e3 * t_incr),
+                         (g, "harmonics-reuse", 1e3 * t_warm)])
         opt_txt, ratio_txt = "skipped", "-"
         lim = optimal_limits.get(g)
         if lim is not None:
@@ -120,6 +128,8 @@ def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=pr
             t_opt, _ = _timed(o, st)
             mark = "" if o.proven_optimal else " TIMEOUT"
             opt_txt = f"{t_opt:.3f}s{mark}"
+            if rows is not None:
+                rows.append((g, "optimal" if o.proven_optimal else "optimal-timeout", 1e3 * t_opt))
             ratio = t_opt / t["harmonics"]
             ratio_txt = f"{'>=' if not o.proven_optimal else ''}{ratio:.1f}"
             if g == 1024:
@@ -236,6 +246,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--quality-limit", type=float, default=10.0, help="optimal's limit per quality case")
     ap.add_argument("--quality", action="store_true", help="quality table only")
     ap.add_argument("--scale-only", action="store_true", help="decision times only")
+    ap.add_argument("--csv", metavar="FILE",
+                    help="also write the decision-time table as rows gpus,policy,decision_ms")
     a = ap.parse_args(argv)
     for s in a.sizes:
         if s not in TOPOLOGIES:
@@ -246,7 +258,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.quality:
         return 0
     limits = {g: a.optimal_limit for g in a.sizes if g <= 1024}
-    ratio = scale_section(a.sizes, limits)
+    rows: Optional[List[Tuple[int, str, float]]] = [] if a.csv else None
+    ratio = scale_section(a.sizes, limits, rows=rows)
+    if a.csv:
+        with open(a.csv, "w") as f:
+            f.write("gpus,policy,decision_ms\n")
+            for g, n, ms in rows:
+                f.write(f"{g},{n},{ms:.3f}\n")
     if ratio is not None:
         print(f"decision-time ratio optimal/harmonics at 1024 GPUs: {ratio:.1f}")
     return 0

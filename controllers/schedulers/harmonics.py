@@ -16,7 +16,8 @@ rack enforces that one decision.  The Coordinator compounds a rack-spanning job'
 its racks (independent blocking by each rack's local jobs multiplies; ``compound="product"``)
 without evaluating the model.  Cost savers that keep the rack's search exact: equivalent
 options evaluated once (free spines; classes with the same order relative to every link
-neighbour), memo per group, held solves reused when the held decisions did not change, the
+neighbour), choices whose summed per-job lower bounds cannot beat the incumbent not evaluated
+(``_lb``), memo per group, held solves reused when the held decisions did not change, the
 evaluator's sub-problem cache kept across epochs (``incremental``); one approximate one:
 rack-local moves screened on a third of the event budget, the best two evaluated in full.
 Interaction groups of more than ``large_group`` jobs (fragmented placements: a whole rack in
@@ -778,9 +779,8 @@ class HarmonicsPolicy(Policy):
                  exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
                  reuse: bool = True, span_weight: bool = False, compound: str = "product",
                  cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
-                 screen_keep: int = 2, large_group: int = 8, converge: float = 0.0):
+                 screen_keep: int = 2, large_group: int = 8):
         self.large_group = large_group   # groups larger than this: closed-form proxy
-        self.converge = converge         # model.simulate's early stop (0: full budget)
         self.screen = screen
         self.screen_keep = screen_keep
         self.cross_caps = cross_caps
@@ -825,8 +825,8 @@ class HarmonicsPolicy(Policy):
         cap = link_capacities(cl)
         ev = self._ev
         if (not self.incremental or ev is None or ev.cap != cap
-                or len(ev.cache) > self.cache_limit or ev.converge != self.converge):
-            ev = Evaluator(cap, share_allocations=True, converge=self.converge)
+                or len(ev.cache) > self.cache_limit):
+            ev = Evaluator(cap, share_allocations=True)
         if self.incremental:
             self._ev = ev
         return ev

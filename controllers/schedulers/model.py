@@ -253,16 +253,10 @@ class _Alloc:
 
 
 def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = None,
-             alloc_cache: Optional[dict] = None, converge: float = 0.0) -> List[float]:
+             alloc_cache: Optional[dict] = None) -> List[float]:
     """Steady-state iteration time of every job (seconds; inf if starved).  See module doc.
     ``alloc_cache``: a dict shared by many calls on the same links (``Evaluator``) to reuse
-    rate allocations across simulations (equal up to float summation order).
-    ``converge`` > 0: stop before the event budget once the second-half mean has converged:
-    checked at each snapshot (the reference job completes) after half the budget; every job
-    must have completed >= 4 iterations and every job's second-half mean must have moved by
-    at most ``converge`` (relative) since the previous check, at two checks in a row.  The
-    result is then the same estimator (mean over the second half) on a shorter run.  0 (the
-    default): the full budget, bit-identical to before."""
+    rate allocations across simulations (equal up to float summation order)."""
     n = len(jobs)
     if n == 0:
         return []
@@ -304,9 +298,6 @@ def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = N
     result: Optional[List[float]] = None
     # per set of communicating jobs (bit mask): the communicating and the computing indices
     split: Dict[int, Tuple[List[int], List[int]]] = {}
-    conv_from = max_events // 2 if converge > 0.0 else max_events + 1
-    prev_est: Optional[List[float]] = None
-    stable = 0
     for _ev in range(max_events):
         x = rcache.get(mask)
         if x is None:
@@ -361,21 +352,6 @@ def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = N
                 result = [span / (counts[i] - c0[i]) if counts[i] > c0[i] else INF for i in rng]
                 break
             seen[key] = (t, tuple(counts))
-            if _ev >= conv_from:
-                est = None
-                if min(counts) >= 4:
-                    est = []
-                    for d in done_times:
-                        h = len(d) // 2
-                        est.append((d[-1] - d[h - 1]) / (len(d) - h))
-                if est is not None and prev_est is not None and all(
-                        abs(e - p) <= converge * p for e, p in zip(est, prev_est)):
-                    stable += 1
-                    if stable >= 2:
-                        break
-                else:
-                    stable = 0
-                prev_est = est
     if result is None:   # no exact cycle within the budget: average over the second half
         result = []
         for i in rng:
@@ -435,13 +411,11 @@ def _job_sig(jb: SimJob, cap: Mapping) -> tuple:
 class Evaluator:
     """Evaluates groups of SimJobs with component splitting and a canonical-key cache."""
 
-    def __init__(self, cap: Mapping, share_allocations: bool = False, converge: float = 0.0):
+    def __init__(self, cap: Mapping, share_allocations: bool = False):
         """``share_allocations``: reuse rate allocations across the simulations of this
         evaluator (a search that evaluates many variants of one group; results equal to the
-        plain evaluation up to float summation order).  ``converge``: ``simulate``'s early
-        stop once the mean has converged (0: off, the full event budget)."""
+        plain evaluation up to float summation order)."""
         self.cap = cap
-        self.converge = converge
         self.alloc_cache: Optional[dict] = {} if share_allocations else None
         self.cache: Dict[tuple, Tuple[float, ...]] = {}
         self.evaluations = 0       # simulations actually run
@@ -478,7 +452,7 @@ class Evaluator:
             me = None
             if budget != 1.0:
                 me = max(10, int(budget * (60 + 30 * sum(1 for jb in ordered if jb.bmax > 0))))
-            res = tuple(simulate(ordered, self.cap, me, self.alloc_cache, self.converge))
+            res = tuple(simulate(ordered, self.cap, me, self.alloc_cache))
             self.cache[key] = res
         out = [0.0] * len(comp)
         for pos, i in enumerate(order):
