@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 
@@ -30,6 +31,9 @@ def _positive(v: str) -> float:
     if not x > 0:
         raise argparse.ArgumentTypeError(f"must be > 0 (got {v})")
     return x
+
+
+REFERENCE_BENCH = Path(__file__).resolve().parent.parent / "results" / "reference" / "decision_time.csv"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -54,8 +58,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.add_argument("--bin", type=_positive, default=None, metavar="S",
                        help="capture throughput bin, trace seconds (default: epoch / 10)")
         p.add_argument("--bench-csv", default=None, metavar="FILE",
-                       help="decision times at other cluster sizes: CSV with gpus, policy, decision_ms")
+                       help="decision times at other cluster sizes: CSV with gpus, policy, decision_ms "
+                            "(compare's default: results/reference/decision_time.csv, written by "
+                            "`python -m controllers.bench --csv`; it is copied into DIR, where "
+                            "report finds it)")
     a = ap.parse_args(argv)
+    if a.cmd == "compare" and a.bench_csv is None and REFERENCE_BENCH.is_file():
+        a.bench_csv = str(REFERENCE_BENCH)   # copied into DIR: the report stays self-contained
     from .report import ReportError
     try:
         if a.cmd == "compare":

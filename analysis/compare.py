@@ -21,6 +21,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 import time
 import traceback
@@ -126,7 +127,7 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
                 argv: Optional[List[str]] = None) -> int:
     """The compare command (see the module docstring).  ``runners`` replaces the back ends'
     run functions (backend -> f(scenario, policy, out_dir, opts) -> status), for tests."""
-    from .report import ReportError, generate_report, summary_text
+    from .report import BENCH_COPY, ReportError, generate_report, summary_text
     opts = opts or {}
     runners = {**RUNNERS, **(runners or {})}
     try:
@@ -178,8 +179,11 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
             break
     state["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     _write_state(d, state)
+    bench = opts.get("bench_csv")
+    if bench:
+        shutil.copyfile(bench, d / BENCH_COPY)
     try:
-        rep = generate_report(d, bin_s=opts.get("bin_s"), bench_csv=opts.get("bench_csv"),
+        rep = generate_report(d, bin_s=opts.get("bin_s"), bench_csv=d / BENCH_COPY if bench else None,
                               plots=opts.get("plots", True))
     except ReportError as e:
         print(f"error: report: {e}", file=sys.stderr)

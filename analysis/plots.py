@@ -290,10 +290,16 @@ def plot_decision_time(rep: Report, path: Path) -> Optional[str]:
     names = [r.policy for r in runs] + [p for p in bench if p not in {r.policy for r in runs}]
     offsets = np.linspace(-0.025, 0.025, max(len(runs), 1)) if len(runs) > 1 else np.zeros(1)
     for i, name in enumerate(names):
-        c = policy_color(name, i)
+        # variants of a policy in the benchmark ("harmonics-incremental", "optimal-timeout")
+        # take the policy's colour and a line style of their own
+        base, _, variant = name.partition("-")
+        c = policy_color(base if base in POLICY_COLORS else name, i)
         if name in bench:
             xs, ys = zip(*bench[name])
-            ax.plot(xs, ys, marker="s", ms=4, lw=1.2, color=c, alpha=0.8, label=f"{name} (benchmark)")
+            style = {"": "-", "critical": "--", "incremental": "-.", "reuse": ":", "timeout": "none"}
+            ls = style.get(variant.split("-")[0], "--")
+            ax.plot(xs, ys, marker="x" if variant == "timeout" else "s", ms=5 if variant == "timeout" else 4,
+                    lw=1.2, ls=ls, color=c, alpha=0.8, label=f"{name} (benchmark)")
         run = rep.run(name)
         if run is not None and len(run.decision_ms()):
             ms = run.decision_ms()

@@ -790,10 +790,15 @@ def summary_text(rep: Report) -> str:
     return "\n".join(L)
 
 
+BENCH_COPY = "decision_time_bench.csv"
+
+
 def generate_report(d, *, bin_s: Optional[float] = None, bench_csv=None,
                     plots: bool = True) -> Report:
     """Read DIR, write comparison*.csv, pcap_*.csv, comparison.md and plots/*.png."""
     rep = load_results(d, bin_s=bin_s)
+    if bench_csv is None and (rep.dir / BENCH_COPY).is_file():
+        bench_csv = rep.dir / BENCH_COPY      # the copy `compare` left in the directory
     rep.bench_csv = Path(bench_csv) if bench_csv else None
     if rep.bench_csv is not None and not rep.bench_csv.is_file():
         raise ReportError(f"--bench-csv: {rep.bench_csv}: no such file")
