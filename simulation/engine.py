@@ -43,7 +43,7 @@ from workloads.cluster import Cluster, default_spine
 from workloads.flows import collective_flows
 from workloads.scenario import Collective, Compute, ResolvedJob, ResolvedScenario, groups_of
 
-from .waterfill import waterfill
+from .waterfill import waterfill, waterfill_update
 
 GBPS_TO_BYTES = 1e9 / 8.0
 COUPLED_OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
@@ -210,6 +210,8 @@ class _Job:
         self.slots: set = set()
         # measurement over the current epoch
         self.m_pairs: Dict[Tuple[str, str], float] = {}
+        self.route_sig = None
+        self.sig_version = -1
 
 
 class _Entity:
@@ -251,6 +253,9 @@ class Engine:
         self.cap_base_len = self.L + len(cluster.hosts)
         self.capacity = np.concatenate([base, np.full(len(cluster.hosts), nv)])
         self.cap_index: Dict[Tuple[int, int], int] = {}
+        self.cap_by_job: Dict[int, tuple] = {}       # job -> ((link, cap constraint), ...)
+        self.route_version = 0                        # bumped when decisions / link states change
+        self._inc_cache: Dict[int, tuple] = {}        # id(template) -> (route signature, cols, vals)
         self._path_cache: Dict[Tuple[str, str, int], List[int]] = {}
         # entity pool
         n0 = 256
@@ -263,6 +268,12 @@ class Engine:
         self.ent_vals: List[Optional[np.ndarray]] = [None] * n0
         self.free_slots = list(range(n0 - 1, -1, -1))
         self.dirty = True
+        # changes since the last allocation, for the incremental update (waterfill_update)
+        self.full_recompute = True               # capacities, routes or classes changed
+        self.added_slots: set = set()
+        self.removed_changes: List[Tuple[float, int]] = []
+        self.incremental_updates = 0
+        self._asm = None                         # (slots, rows, cols, vals) of the last allocation
         self.load = np.zeros(self.L)
         # time, events
         self.now = 0.0
@@ -330,7 +341,27 @@ class Engine:
             self._path_cache[key] = p
         return p
 
+    def _route_sig(self, job: _Job) -> tuple:
+        """Everything a job's incidence depends on besides its templates (cached per job and
+        route version)."""
+        if job.sig_version != self.route_version:
+            d = job.decision
+            job.route_sig = (None if d is None else d.spine,
+                             tuple(sorted(d.flow_spines.items())) if d is not None and d.flow_spines else (),
+                             self.cap_by_job.get(job.idx, ()), self.link_up.tobytes())
+            job.sig_version = self.route_version
+        return job.route_sig
+
     def _incidence(self, job: _Job, tpl: _EntityTemplate) -> Tuple[np.ndarray, np.ndarray]:
+        sig = self._route_sig(job)
+        hit = self._inc_cache.get(id(tpl))
+        if hit is not None and hit[0] == sig:
+            return hit[1], hit[2]
+        cols, vals = self._incidence_uncached(job, tpl)
+        self._inc_cache[id(tpl)] = (sig, cols, vals)
+        return cols, vals
+
+    def _incidence_uncached(self, job: _Job, tpl: _EntityTemplate) -> Tuple[np.ndarray, np.ndarray]:
         acc: Dict[int, float] = {}
         cross = self.cluster.spec.racks > 1
         for (a, b), cnt in tpl.pairs:
@@ -387,6 +418,7 @@ class Engine:
         self.slot_len[s] = len(cols)
         self.alive[s] = True
         job.slots.add(s)
+        self.added_slots.add(s)
         self.dirty = True
         return True
 
@@ -402,6 +434,10 @@ class Engine:
 
     def _remove_entity(self, s: int):
         e = self.ent[s]
+        if s in self.added_slots:
+            self.added_slots.discard(s)      # never had a rate: nothing to undo
+        else:
+            self.removed_changes.append((float(self.rate[s]), int(self.job_cls[e.job.idx])))
         self.rem[s] = 0.0
         self._flush_progress(e)
         self.alive[s] = False
@@ -417,21 +453,66 @@ class Engine:
     # -- rates -------------------------------------------------------------
     def _recompute(self):
         self.rate_updates += 1
-        idx = np.flatnonzero(self.alive)
+        full = self.full_recompute
+        added, removed = self.added_slots, self.removed_changes
+        self.full_recompute = False
+        self.added_slots = set()
+        self.removed_changes = []
+        ec, ev = self.ent_cols, self.ent_vals
+        asm = self._asm
+        if full or asm is None:
+            # entities in slot order, incidence rebuilt from the per-entity arrays
+            full = True
+            idx = np.flatnonzero(self.alive)
+            n_new = 0
+            if len(idx):
+                il = idx.tolist()
+                rows = np.repeat(np.arange(len(idx)), self.slot_len[idx])
+                cols = np.concatenate([ec[s] for s in il])
+                vals = np.concatenate([ev[s] for s in il])
+        else:
+            # the previous incidence minus the entities gone, plus the new ones at the end
+            # (a slot freed and reused since then counts as gone and new)
+            p_idx, p_rows, p_cols, p_vals = asm
+            keep = self.alive[p_idx]
+            new_sl = sorted(added)
+            n_new = len(new_sl)
+            if n_new:
+                ns = np.array(new_sl, dtype=np.int64)
+                stale = np.isin(p_idx, ns)
+                keep &= ~stale
+            pos = np.cumsum(keep) - 1
+            kn = keep[p_rows]
+            n_keep = int(pos[-1]) + 1 if len(pos) else 0
+            idx = p_idx[keep]
+            rows, cols, vals = pos[p_rows[kn]], p_cols[kn], p_vals[kn]
+            if n_new:
+                idx = np.concatenate([idx, ns])
+                rows = np.concatenate([rows, np.repeat(np.arange(n_keep, n_keep + n_new),
+                                                       self.slot_len[ns])])
+                cols = np.concatenate([cols] + [ec[s] for s in new_sl])
+                vals = np.concatenate([vals] + [ev[s] for s in new_sl])
         self.active_idx = idx
         if len(idx) == 0:
+            self._asm = None
             self.load = np.zeros(self.L)
             self.job_rate = np.zeros(len(self.jobs))
             self.dirty = False
             return
-        il = idx.tolist()
-        ec, ev = self.ent_cols, self.ent_vals
-        rows = np.repeat(np.arange(len(idx)), self.slot_len[idx])
-        cols = np.concatenate([ec[s] for s in il])
-        vals = np.concatenate([ev[s] for s in il])
+        self._asm = (idx, rows, cols, vals)
         jix = self.slot_job[idx]
         classes = self.job_cls[jix]
-        r = waterfill(len(idx), classes, rows, cols, vals, self.capacity)
+        if full:
+            r = waterfill(len(idx), classes, rows, cols, vals, self.capacity)
+        else:
+            # only entities added / removed since the last allocation: reuse it where max-min
+            # fairness says it cannot have changed (exact, see waterfill_update)
+            is_new = np.zeros(len(idx), dtype=bool)
+            if n_new:
+                is_new[len(idx) - n_new:] = True
+            r = waterfill_update(len(idx), classes, rows, cols, vals, self.capacity,
+                                 self.rate[idx], is_new, removed)
+            self.incremental_updates += 1
         r[~np.isfinite(r)] = 0.0
         self.rate[idx] = r
         real = cols < self.L
@@ -619,6 +700,8 @@ class Engine:
         """Enforce this epoch's decisions.  A job the policy left out keeps its previous
         decision (class, caps, paths), as the switches keep their rules."""
         nc = max(1, self.cfg.num_classes)
+        old_cls = self.job_cls.copy()
+        old_cap = self.capacity
         for j in self.jobs:
             d = decisions.get(j.name) if j.arrived and not j.done else None
             if d is None:
@@ -640,6 +723,7 @@ class Engine:
                 "shift_s": d.shift_s or 0.0, "reason": d.reason or ""})
         caps: List[float] = []
         self.cap_index = {}
+        cap_by_job: Dict[int, list] = {}
         for j in self.jobs:
             d = j.decision
             if d is None or j.done or not d.rate_caps_gbps:
@@ -649,16 +733,31 @@ class Engine:
                 if li is None or g is None:
                     continue
                 self.cap_index[(j.idx, li)] = self.cap_base_len + len(caps)
+                cap_by_job.setdefault(j.idx, []).append((li, self.cap_base_len + len(caps)))
                 caps.append(max(float(g), 1e-6) * GBPS_TO_BYTES)
+        self.cap_by_job = {k: tuple(v) for k, v in cap_by_job.items()}
         self.capacity = np.concatenate([self.capacity[:self.cap_base_len], np.array(caps, dtype=float)])
-        self._reroute_all()
+        self.route_version += 1
+        # the same classes, capacities and routes as before (e.g. a policy that keeps its
+        # decisions): the allocation stands, and the next update may stay incremental
+        same = (np.array_equal(old_cls, self.job_cls) and len(old_cap) == len(self.capacity)
+                and np.array_equal(old_cap, self.capacity))
+        self._reroute_all(keep_if_same=same)
 
-    def _reroute_all(self):
+    def _reroute_all(self, keep_if_same: bool = False):
+        changed = not keep_if_same
         for s in np.flatnonzero(self.alive):
             e = self.ent[s]
-            self.ent_cols[s], self.ent_vals[s] = self._incidence(e.job, e.tpl)
-            self.slot_len[s] = len(self.ent_cols[s])
-        self.dirty = True
+            c, v = self._incidence(e.job, e.tpl)
+            oc, ov = self.ent_cols[s], self.ent_vals[s]
+            if not changed and not (c is oc and v is ov) and not (
+                    np.array_equal(c, oc) and np.array_equal(v, ov)):
+                changed = True
+            self.ent_cols[s], self.ent_vals[s] = c, v
+            self.slot_len[s] = len(c)
+        if changed:
+            self.dirty = True
+            self.full_recompute = True
 
     # -- faults ----------------------------------------------------------------
     def _fault(self, ev):
@@ -677,6 +776,7 @@ class Engine:
                     continue
                 self.link_up[li] = up
                 self.capacity[li] = self.base_cap[li] if up else 0.0
+            self.route_version += 1
             self._reroute_all()
         elif kind == "controller-restart":
             em = self.scenario.emulation if self.scenario is not None else None
@@ -689,7 +789,9 @@ class Engine:
                 self.job_cls[j.idx] = j.cls
                 j.last_shift = 0.0
             self.cap_index = {}
+            self.cap_by_job = {}
             self.capacity = self.capacity[:self.cap_base_len].copy()
+            self.route_version += 1
             self._reroute_all()
 
     # -- main loop -------------------------------------------------------------
@@ -848,6 +950,7 @@ def simulate(rs: ResolvedScenario, policy=None, config: Optional[SimConfig] = No
                               "capacity_gbps": l.gbps, "mean_gbps": gbps,
                               "utilisation": gbps / l.gbps})
     stats = {"events": eng.events, "rate_updates": eng.rate_updates,
+             "incremental_updates": eng.incremental_updates,
              "wall_s": eng.wall_s, "sim_time_s": eng.now, "epochs": eng.epoch_no,
              "timeouts": eng.timeouts, "decision_total_s": eng.decision_total_s,
              "policy_disabled": eng.policy_disabled, "jobs": len(eng.jobs), "gpus": rs.cluster.num_gpus,

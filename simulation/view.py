@@ -74,5 +74,6 @@ def measured_series(engine, active) -> Dict[str, Dict]:
         if not j.m_pairs or float(series.sum()) <= 0:
             continue
         psum = sum(j.m_pairs.values())
-        out[j.name] = {p: list(series * (b / psum)) for p, b in j.m_pairs.items() if b > 0}
+        # plain floats (tolist): the same values, cheaper for the estimator than numpy scalars
+        out[j.name] = {p: (series * (b / psum)).tolist() for p, b in j.m_pairs.items() if b > 0}
     return out

@@ -21,6 +21,8 @@ The incidence is given in COO form (``rows``: entity position, ``cols``: constra
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _REL_EPS = 1e-9
@@ -100,28 +102,32 @@ def _fill_class(rates, r_rows, r_cols, r_vals, base):
         cols_by_row = lc[by_row]
     kc, ne = len(ucols), len(urows)
     cb = base[ucols]
+    np.maximum(cb, 0.0, out=cb)
     rows_by_col = lr[by_col]
     w = np.bincount(lc, weights=r_vals, minlength=kc)
     frozen = np.zeros(ne, dtype=bool)
     rate = np.zeros(ne)
-    F = np.empty(kc)
+    inf = np.inf
     left = ne
+    # a constraint with no unfrozen entity left gets level inf (cb = inf, w = 1)
+    dead = w < 0.5
+    cb[dead] = inf
+    w[dead] = 1.0
     while left > 0:
-        live_c = w > 0.5                      # flow counts are integers: exact sums
-        F.fill(np.inf)
-        np.divide(np.maximum(cb, 0.0), w, out=F, where=live_c)
+        F = cb / w                            # flow counts are integers: exact sums
         m = np.minimum.reduceat(F[cols_by_row], row_start)      # each entity's tightest level
-        m[frozen] = np.inf
+        m[frozen] = inf
         cmin = np.minimum.reduceat(m[rows_by_col], col_start)   # smallest level next to c
-        local = live_c & (F <= cmin)
+        local = F <= cmin
+        local &= F < inf
         if not local.any():                   # cannot happen; guard against a stall
             local[int(np.argmin(F))] = True
-        newly = np.zeros(ne, dtype=bool)
-        newly[lr[local[lc]]] = True
+        newly = np.maximum.reduceat(local[cols_by_row], row_start)
         newly &= ~frozen
+        nnew = int(np.count_nonzero(newly))
         rate[newly] = m[newly]
         frozen |= newly
-        left -= int(np.count_nonzero(newly))
+        left -= nnew
         if left <= 0:
             break
         nzm = newly[lr]
@@ -129,7 +135,10 @@ def _fill_class(rates, r_rows, r_cols, r_vals, base):
         sel_v = r_vals[nzm]
         w -= np.bincount(sel_c, weights=sel_v, minlength=kc)
         cb -= np.bincount(sel_c, weights=sel_v * rate[lr[nzm]], minlength=kc)
-        w[local] = 0.0
+        np.maximum(cb, 0.0, out=cb)
+        dead = local | (w < 0.5)
+        cb[dead] = inf
+        w[dead] = 1.0
     rates[urows] = rate
     # what the class leaves on its constraints
     base[ucols] -= np.bincount(lc, weights=r_vals * rate[lr], minlength=kc)
@@ -143,3 +152,116 @@ def link_loads(rates: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.n
     r = rates[rows]
     r = np.where(np.isfinite(r), r, 0.0)
     return np.bincount(cols, weights=r * vals, minlength=n_constraints)
+
+
+def waterfill_update(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                     vals: np.ndarray, capacity: np.ndarray, prev: np.ndarray,
+                     is_new: np.ndarray, removed) -> np.ndarray:
+    """The same allocation as ``waterfill`` after a few entities were added or removed,
+    reusing the previous allocation where max-min fairness says it cannot have changed.
+
+    ``prev``: previous rates of the entities that were already there (ignored where
+    ``is_new``); ``removed``: ``(rate, class)`` of every entity gone since ``prev`` was
+    computed.  Capacities and the other entities' classes and constraints must be unchanged.
+
+    Why it is exact: let ``c0`` be the highest-priority class that changed.  Classes above
+    it see the same capacities and keep their rates.  Inside ``c0``, progressive filling is
+    unchanged below the level ``lam``, the smallest of
+
+    * the old rate of every removed entity (every constraint it crossed saturated at or above
+      its rate, and removing it only lowers those loads), and
+    * ``residual_k / w_k`` over the constraints ``k`` of every added entity (``w_k``: flow
+      count of all class-``c0`` entities on ``k`` now; no constraint can fill below that
+      level, whatever the others get, since each entity loads it with at most ``a * level``).
+
+    So every class-``c0`` entity with an old rate below ``lam`` keeps it, and the others (and
+    every lower class) are the max-min allocation of what those fixed entities leave: filling
+    that residual from zero reaches no constraint before ``lam``, and above ``lam`` it is the
+    same process."""
+    rates = np.zeros(n_entities)
+    if n_entities == 0:
+        return rates
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    vals = np.asarray(vals, dtype=float)
+    classes = np.asarray(classes)
+    capacity = np.asarray(capacity, dtype=float)
+    is_new = np.asarray(is_new, dtype=bool)
+    prev = np.where(is_new, 0.0, np.asarray(prev, dtype=float))
+    changed = [int(c) for _, c in removed] + [int(c) for c in np.unique(classes[is_new])]
+    if not changed:
+        return prev.copy()
+    if len(rows) == 0 or not np.all(np.isfinite(prev)) or \
+            np.bincount(rows, minlength=n_entities).min() == 0:
+        return waterfill(n_entities, classes, rows, cols, vals, capacity)
+    c0 = min(changed)
+    lam = min([float(r) for r, c in removed if int(c) == c0], default=math.inf)
+    hi = classes < c0
+    nzr = prev[rows] * vals
+    if hi.any():
+        m = hi[rows]
+        res_hi = capacity - np.bincount(cols[m], weights=nzr[m], minlength=len(capacity))
+    else:
+        res_hi = capacity
+    new0 = is_new & (classes == c0)
+    if new0.any():
+        lam = min(lam, _first_fill_level(rows, cols, vals, res_hi, prev, classes == c0, new0))
+    fixed = hi | ((classes == c0) & ~is_new & (prev < lam * (1.0 - 1e-12)))
+    if not fixed.any():
+        return waterfill(n_entities, classes, rows, cols, vals, capacity)
+    free = ~fixed
+    fm = fixed[rows]
+    residual = capacity - np.bincount(cols[fm], weights=nzr[fm], minlength=len(capacity))
+    np.maximum(residual, 0.0, out=residual)
+    rates[fixed] = prev[fixed]
+    nf = int(np.count_nonzero(free))
+    if nf:
+        pos = np.cumsum(free) - 1
+        um = ~fm
+        rates[free] = waterfill(nf, classes[free], pos[rows[um]], cols[um], vals[um], residual)
+    return rates
+
+
+def _first_fill_level(rows, cols, vals, cap, prev, in_class, new):
+    """Smallest level at which a constraint crossed by a ``new`` entity fills, while the old
+    entities of the class keep their previous rates ``prev`` (each loads ``k`` with
+    ``a * min(prev, level)``) and the new ones rise with the level: per constraint, the root
+    of the piecewise-linear ``sum_old a*min(r, x) + W_new*x = cap``."""
+    kn = np.unique(cols[new[rows]])
+    nk = len(cap)
+    on = np.zeros(nk, dtype=bool)
+    on[kn] = True
+    sel = on[cols] & in_class[rows]
+    nzr, nzc, nzv = rows[sel], cols[sel], vals[sel]
+    isn = new[nzr]
+    W = np.bincount(nzc[isn], weights=nzv[isn], minlength=nk)[kn]
+    capk = np.maximum(cap[kn], 0.0)
+    oc, ov, orate = nzc[~isn], nzv[~isn], prev[nzr[~isn]]
+    pos = np.searchsorted(kn, oc)                       # constraint position in kn
+    order = np.lexsort((orate, pos))
+    pos, ov, orate = pos[order], ov[order], orate[order]
+    nkn = len(kn)
+    tot_a = np.bincount(pos, weights=ov, minlength=nkn)
+    ar = ov * orate
+    cs_ar = np.concatenate([[0.0], np.cumsum(ar)])      # prefix sums, from 0
+    cs_a = np.concatenate([[0.0], np.cumsum(ov)])
+    start = np.searchsorted(pos, np.arange(nkn))        # first entry of each constraint
+    i = np.arange(len(pos))
+    before_ar = cs_ar[i] - cs_ar[start[pos]]            # sum a*r of the entries below this one
+    from_a = tot_a[pos] - (cs_a[i] - cs_a[start[pos]])  # sum a of this entry and those above
+    g = before_ar + orate * (from_a + W[pos])           # load at level = this entry's rate
+    hit = g >= capk[pos]
+    level = np.full(nkn, np.inf)
+    # constraints where some breakpoint reaches capacity: the root in the first such segment
+    hk = np.flatnonzero(np.bincount(pos[hit], minlength=nkn) > 0)
+    if len(hk):
+        first = np.full(nkn, len(pos))
+        np.minimum.at(first, pos[hit], np.flatnonzero(hit))
+        j = first[hk]
+        level[hk] = (capk[hk] - before_ar[j]) / (from_a[j] + W[hk])
+    # the others: every old entity below the root
+    rest = np.ones(nkn, dtype=bool)
+    rest[hk] = False
+    tot_ar = np.bincount(pos, weights=ar, minlength=nkn)
+    level[rest] = (capk[rest] - tot_ar[rest]) / W[rest]
+    return float(np.min(np.maximum(level, 0.0)))

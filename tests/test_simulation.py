@@ -10,7 +10,7 @@ import pytest
 from controllers.schedulers.base import Decision, Policy
 from simulation.engine import SimConfig, simulate
 from simulation.topology import leaf_spine, lingjun_cluster, lingjun_racks
-from simulation.waterfill import waterfill
+from simulation.waterfill import waterfill, waterfill_update
 from simulation.workload import arrivals, generate
 from workloads.cluster import Cluster
 from workloads.scenario import dump_scenario, parse_scenario, resolve
@@ -95,6 +95,64 @@ def test_waterfill_matches_sequential_filling():
         got = waterfill(n, classes, np.array(rows), np.array(cols), np.array(vals), cap)
         want = _reference_fill(n, list(classes), rows, cols, vals, list(cap))
         assert np.allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_incremental_waterfill_equals_reference():
+    """The fast path (reuse the previous allocation below the first level an added or removed
+    entity can change) gives the reference allocation on random instances, through chains of
+    updates, with one or several classes, ties (equal capacities) and zero-capacity links."""
+    rng = np.random.default_rng(11)
+    checked_fast = 0
+    for trial in range(150):
+        k = int(rng.integers(1, 12))
+        ncls = 1 if trial % 2 == 0 else 3
+        cap = rng.uniform(1, 10, size=k)
+        if trial % 5 == 1:
+            cap = np.round(cap)                       # ties
+        if trial % 7 == 3:
+            cap[0] = 0.0                              # a failed link
+        ents = []                                     # (class, {col: count})
+
+        def new_ent():
+            use = {}
+            for c in rng.choice(k, size=int(rng.integers(1, min(k, 4) + 1)), replace=False):
+                use[int(c)] = float(rng.integers(1, 4))
+            return int(rng.integers(0, ncls)), use
+
+        def coo(es):
+            rows, cols, vals = [], [], []
+            for e, (_, use) in enumerate(es):
+                for c, v in sorted(use.items()):
+                    rows.append(e), cols.append(c), vals.append(v)
+            return (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64),
+                    np.array(vals), np.array([c for c, _ in es]))
+
+        ents = [new_ent() for _ in range(int(rng.integers(1, 20)))]
+        rows, cols, vals, classes = coo(ents)
+        rates = waterfill(len(ents), classes, rows, cols, vals, cap)
+        for _ in range(6):
+            removed = []
+            for _ in range(int(rng.integers(0, 3))):
+                if len(ents) > 1:
+                    i = int(rng.integers(0, len(ents)))
+                    removed.append((float(rates[i]), ents[i][0]))
+                    ents.pop(i)
+                    rates = np.delete(rates, i)
+            n_add = int(rng.integers(0, 3))
+            ents += [new_ent() for _ in range(n_add)]
+            prev = np.concatenate([rates, np.zeros(n_add)])
+            is_new = np.zeros(len(ents), dtype=bool)
+            is_new[len(ents) - n_add:] = True
+            rows, cols, vals, classes = coo(ents)
+            got = waterfill_update(len(ents), classes, rows, cols, vals, cap, prev, is_new, removed)
+            want = _reference_fill(len(ents), list(classes), list(rows), list(cols), list(vals),
+                                   list(cap))
+            assert np.allclose(got, want, rtol=1e-9, atol=1e-12), (trial, got, want)
+            full = waterfill(len(ents), classes, rows, cols, vals, cap)
+            assert np.allclose(got, full, rtol=1e-9, atol=1e-12)
+            checked_fast += 1
+            rates = got
+    assert checked_fast > 500
 
 
 def test_waterfill_priority_and_counts():
