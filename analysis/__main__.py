@@ -1,7 +1,7 @@
 """Command line: compare policies on a scenario, (re)generate the report of a results directory.
 
   python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
-                             [--isolated measured|analytical] [--decision-timeout S]
+                             [--isolated measured|analytical] [--decision-timeout S] [--decision-budget S]
                              [--max-time S] [--bin S] [--bench-csv FILE] [--no-plots]
   python -m analysis report DIR [--bin S] [--bench-csv FILE] [--no-plots]
 
@@ -49,6 +49,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="emulator: where the isolated iteration time (slowdown) comes from")
     c.add_argument("--decision-timeout", type=_positive, default=None, metavar="S",
                    help="simulator: drop a decision slower than this (then hold the last ones)")
+    c.add_argument("--decision-budget", type=_positive, default=None, metavar="S",
+                   help="simulator: total seconds a policy may spend deciding in one run (then hold "
+                        "its last decisions)")
     c.add_argument("--max-time", type=_positive, default=None, metavar="S",
                    help="simulator: stop at this trace time")
     r = sub.add_parser("report", help="(re)generate the report from the files of a results directory")
@@ -70,6 +73,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if a.cmd == "compare":
             from .compare import run_compare
             opts = {"isolated": a.isolated, "decision_timeout": a.decision_timeout,
+                    "decision_budget": a.decision_budget,
                     "max_time": a.max_time, "bin_s": a.bin, "bench_csv": a.bench_csv,
                     "plots": not a.no_plots}
             return run_compare(a.scenario, a.policies, a.out, opts, argv=argv[1:])

@@ -100,7 +100,7 @@ def run_one_simulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
     from controllers.schedulers import get_policy
     from simulation import SimConfig, simulate, write_results
     cfg = SimConfig(decision_timeout_s=opts.get("decision_timeout"), max_time_s=opts.get("max_time"),
-                    progress=False)
+                    decision_budget_s=opts.get("decision_budget"), progress=False)
     pol = None if policy == "none" else get_policy(policy)      # none: no controller at all
     res = simulate(resolve(sc), pol, cfg, policy_name=policy)
     write_results(res, out, extra={"config": vars(cfg), "by": "python -m analysis compare"})
