@@ -12,10 +12,10 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Sequence, Set, Tuple
 
 from controllers.schedulers import get_policy
-from controllers.schedulers.base import ClusterState, Decision, Decisions, decisions_from_json, job_state
+from controllers.schedulers.base import ClusterState, Decisions, decisions_from_json, job_state
 from controllers.schedulers.model import apply_estimates, estimate_from_measurements
 from workloads.scenario import ResolvedScenario
 

@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import threading
-import time
 
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")
 

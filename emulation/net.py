@@ -18,10 +18,10 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from workloads.cluster import Cluster
-from workloads.scenario import Scenario, ScenarioError
+from workloads.scenario import Scenario
 
 from . import cleanup
 from .topo import LeafSpineTopo, check_emulable

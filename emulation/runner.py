@@ -34,7 +34,7 @@ from workloads.scenario import ResolvedScenario, Scenario, ScenarioError, dump_s
 
 from . import qos
 from .jobspec import default_port_bases, write_job_spec
-from .net import EmulatedCluster, EmulationError, terminate_as_exception
+from .net import EmulatedCluster, terminate_as_exception
 from .topo import check_emulable
 from .worker import read_worker_log
 
