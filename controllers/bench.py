@@ -243,7 +243,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="*", default=sorted(TOPOLOGIES))
     ap.add_argument("--optimal-limit", type=float, default=30.0,
                     help="optimal's time limit per epoch at 64..1024 GPUs (skipped above)")
-    ap.add_argument("--quality-limit", type=float, default=10.0, help="optimal's limit per quality case")
+    ap.add_argument("--quality-limit", type=float, default=60.0, help="optimal's limit per quality case")
     ap.add_argument("--quality", action="store_true", help="quality table only")
     ap.add_argument("--scale-only", action="store_true", help="decision times only")
     ap.add_argument("--csv", metavar="FILE",
@@ -257,6 +257,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print()
     if a.quality:
         return 0
+    from controllers.schedulers.model import warm_up
+    w = warm_up()
+    print("model kernel: " + ("pure Python (numba missing or HARMONICS_NO_JIT=1)" if w is None
+                              else f"compiled (numba), loaded in {w:.2f} s before the timings"))
     limits = {g: a.optimal_limit for g in a.sizes if g <= 1024}
     rows: Optional[List[Tuple[int, str, float]]] = [] if a.csv else None
     ratio = scale_section(a.sizes, limits, rows=rows)

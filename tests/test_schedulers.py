@@ -10,6 +10,7 @@ import pytest
 from controllers.bench import mix_scenario, quality_cases, random_case
 from controllers.schedulers import POLICIES, get_policy, state_from_scenario
 from controllers.schedulers.base import decisions_from_json, decisions_to_json
+from controllers.schedulers.common import SHIFT_PHASES, shiftable
 from controllers.schedulers.cassini import (best_link_shifts, circle_units, compatibility,
                                             demand_profile)
 from controllers.schedulers.crux import (best_cut_for_order, compress_priorities, cut_weight,
@@ -125,8 +126,8 @@ def test_cassini_interleaves_identical_pair():
 # ---------------------------------------------------------------- optimal
 
 def test_optimal_never_worse_than_other_policies():
-    # policies whose decisions lie in optimal's space (classes, spines, caps); CASSINI's
-    # shifts do not, see docs/harmonics.md
+    # optimal's space has classes, spines, caps and shift phases; CASSINI's shifts are not on
+    # its grid in general, but the grid's interleavings match them on these cases
     states = small_states(14, max_jobs=3)
     for st in states:
         opt = get_policy("optimal", time_limit_s=60)
@@ -134,7 +135,7 @@ def test_optimal_never_worse_than_other_policies():
         assert opt.proven_optimal
         assert "proven_optimal=True" in next(iter(d.values())).reason
         best = predict(st, d).mean_slowdown
-        for n in ("fair", "crux", "harmonics"):
+        for n in ("fair", "crux", "cassini", "harmonics"):
             assert best <= predict(st, get_policy(n).decide(st)).mean_slowdown + 1e-9, n
 
 
@@ -159,6 +160,7 @@ def _check_consistent(st, h, d):
         assert all(v == views[0] for v in views), name
         dec = d[name]
         assert (dec.priority, dec.spine) == (views[0].priority, views[0].spine)
+        assert dec.shift_s == pytest.approx(views[0].shift * js.iso_iter_s / SHIFT_PHASES)
         if views[0].cap < 1.0:
             use = {l.id for l in st.cluster.links}
             assert dec.rate_caps_gbps and set(dec.rate_caps_gbps) <= use
@@ -336,3 +338,40 @@ def test_harmonics_lower_bound_holds_in_rack_views(monkeypatch):
     monkeypatch.setattr(H.LocalScheduler, "_slowdowns", check)
     get_policy("harmonics").decide(st)
     assert len(checked) > 100
+
+
+# ---------------------------------------------------------------- start-time shifts
+
+def test_shiftable_rule_keeps_smallest_name_at_phase_zero():
+    a, b, c = frozenset({1}), frozenset({1, 2}), frozenset({2})
+    # B and C share link 2 and class 0 with A on link 1: A keeps phase 0
+    assert shiftable(["A", "B", "C"], [0, 0, 0], [a, b, c]) == [1, 2]
+    # different classes: no shifts; no shared link: no shifts
+    assert shiftable(["A", "B", "C"], [0, 1, 2], [a, b, c]) == []
+    assert shiftable(["A", "C"], [0, 0], [a, c]) == []
+
+
+def test_shifts_interleave_a_comm_heavy_pair_consistently():
+    """pair-comm-heavy: priorities cannot help (the low job never fits in the high one's
+    10 ms gaps); a start-time shift of half a period interleaves the two jobs.  Optimal and
+    Harmonics both find it (CASSINI's figure), Harmonics' Coordinator decides it once for the
+    rack-spanning job and both racks hold it."""
+    st = state_from_scenario(resolve(quality_cases()[1]))
+    fair = predict(st, get_policy("fair").decide(st)).mean_slowdown
+    cas = predict(st, get_policy("cassini").decide(st)).mean_slowdown
+    opt = get_policy("optimal", time_limit_s=60)
+    o = predict(st, opt.decide(st)).mean_slowdown
+    h = get_policy("harmonics")
+    d = h.decide(st)
+    hv = predict(st, d).mean_slowdown
+    assert opt.proven_optimal
+    assert cas < fair - 0.2
+    assert o <= cas + 1e-9
+    assert hv == pytest.approx(o, rel=1e-9)
+    shifted = [n for n, x in d.items() if x.shift_s > 0]
+    assert len(shifted) == 1 and "shift phase" in d[shifted[0]].reason
+    assert h.stats["shifted"] == 1 and h.stats["phase_rounds"] >= 1
+    _check_consistent(st, h, d)
+    # without the phase stage Harmonics is back at fair sharing's figure
+    assert predict(st, get_policy("harmonics", shift_phases=1).decide(st)).mean_slowdown \
+        == pytest.approx(fair)

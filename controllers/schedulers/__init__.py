@@ -17,6 +17,7 @@ from .crux import CruxPolicy
 from .fair import FairPolicy
 from .harmonics import HarmonicsPolicy
 from .optimal import OptimalPolicy
+from .model import warm_up
 
 POLICIES: Dict[str, Type[Policy]] = {
     "fair": FairPolicy,
@@ -34,6 +35,8 @@ def get_policy(name: str, **kw) -> Policy:
         cls = POLICIES[name]
     except KeyError:
         raise KeyError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})") from None
+    if name != "fair":      # policies that evaluate the model: compile / load its kernel now,
+        warm_up()           # not inside the first epoch's decision (once per process)
     return cls(**kw)
 
 

@@ -8,14 +8,44 @@ from .base import ClusterState, Decision
 from .model import ContentionModel, connected_groups
 
 DEFAULT_CAP_FRACS: Tuple[float, ...] = (1.0, 0.5)
+# start-time shifts: phase k delays the job's start by k / SHIFT_PHASES of its isolated
+# iteration time; offered only to a job that shares its class with a job of a smaller name on
+# one of its links (``shiftable``): across classes strict priority sets the relative timing
+SHIFT_PHASES = 4
 
 
 class Opt(NamedTuple):
     """One job's decision in the searched space: priority class, spine (None: ECMP hash),
-    rate cap as a fraction of every link the job uses (1.0: no cap)."""
+    rate cap as a fraction of every link the job uses (1.0: no cap), start-time shift phase
+    (``shift_seconds``)."""
     priority: int
     spine: Optional[int]
     cap: float
+    shift: int = 0
+
+
+def shift_seconds(model: ContentionModel, name: str, phase: int,
+                  phases: int = SHIFT_PHASES) -> float:
+    """The start-time shift of phase ``phase``: that many ``1/phases`` of the job's isolated
+    iteration time (the same grid wherever the job is decided)."""
+    if not phase:
+        return 0.0
+    return phase * model.iso_iter(name) / phases
+
+
+def shiftable(names: Sequence[str], prios: Sequence[int], links: Sequence[frozenset]) -> List[int]:
+    """Indices of the jobs that may take a start-time shift: those that share their class with
+    a job of a smaller name on one of their links.  Shifts are relative, so in every set of
+    such tied jobs the one with the smallest name keeps phase 0; the rule only needs the
+    links where the two jobs meet, so a rack checks it on its own links (every link belongs
+    to a rack) and the union over racks is the global rule."""
+    out = []
+    for i, n in enumerate(names):
+        for j, m in enumerate(names):
+            if m < n and prios[i] == prios[j] and not links[i].isdisjoint(links[j]):
+                out.append(i)
+                break
+    return out
 
 
 def spine_options(state: ClusterState, name: str, model: ContentionModel,
@@ -40,7 +70,7 @@ def make_decision(model: ContentionModel, name: str, opt: Opt, reason: str = "")
             link = model.cluster.links[l]
             caps[link.id] = opt.cap * link.gbps
     return Decision(job=name, priority=int(opt.priority), rate_caps_gbps=caps, spine=opt.spine,
-                    reason=reason)
+                    shift_s=shift_seconds(model, name, opt.shift), reason=reason)
 
 
 def weak_orders(n: int, k: int) -> Iterator[Tuple[int, ...]]:

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .base import ClusterState, Decision, Decisions, Policy
-from .common import (DEFAULT_CAP_FRACS, Opt, has_comm, interaction_groups, make_decision,
-                     path_options, potential_links)
+from .common import (DEFAULT_CAP_FRACS, SHIFT_PHASES, Opt, has_comm, interaction_groups,
+                     make_decision, path_options, potential_links, shiftable)
 from .model import (BYTES_PER_GBIT, STARVED_SLOWDOWN, ContentionModel, Evaluator, SimJob,
                     isolated_sim_time, link_capacities)
 
@@ -67,13 +67,14 @@ class OptionCost:
     local_others: float   # summed slowdown of the rack-local jobs that may share a link with it
     cross_others: Dict[str, float] = field(default_factory=dict)
     # slowdown of each other rack-spanning job that may share a link with it on this rack
+    shift: int = 0    # start-time shift phase (common.shift_seconds)
 
 
 @dataclass
 class JobSummary:
     job: str
     preferred: int                 # index into options of the rack's preferred decision
-    options: List[OptionCost]      # same order in every rack (priority, spine, cap)
+    options: List[OptionCost]      # same order in every rack (priority, spine, cap, shift)
     uplink_gbps: float             # the job's mean demand on this rack's ToR-spine links
     compute_s: float = 0.0         # the job's compute per iteration (its profile)
     iso_s: float = 0.0             # its isolated iteration time (global, default paths)
@@ -92,7 +93,7 @@ class RackSummary:
 
     def to_json(self) -> str:
         """Compact wire form: each option is a row ``[priority, spine, cap, own, local_others,
-        cross]``, ``cross`` the values of ``cross_others`` in the order of the job's ``cross``
+        cross, shift]``, ``cross`` the values of ``cross_others`` in the order of the job's ``cross``
         list (every option of a job reports the same other jobs), or a dict if they differ."""
         jobs = []
         for j in self.jobs:
@@ -101,7 +102,7 @@ class RackSummary:
             for o in j.options:
                 co = o.cross_others
                 vals = [co[m] for m in cross] if list(co) == cross else co
-                rows.append([o.priority, o.spine, o.cap, o.own, o.local_others, vals])
+                rows.append([o.priority, o.spine, o.cap, o.own, o.local_others, vals, o.shift])
             jobs.append({"job": j.job, "preferred": j.preferred, "uplink_gbps": j.uplink_gbps,
                          "compute_s": j.compute_s, "iso_s": j.iso_s,
                          "local_peers": j.local_peers, "cross": cross, "options": rows})
@@ -116,8 +117,8 @@ class RackSummary:
         for j in d["jobs"]:
             cross = j["cross"]
             opts = [OptionCost(p, sp, c, own, lo,
-                               dict(zip(cross, vals)) if isinstance(vals, list) else vals)
-                    for p, sp, c, own, lo, vals in j["options"]]
+                               dict(zip(cross, vals)) if isinstance(vals, list) else vals, sh)
+                    for p, sp, c, own, lo, vals, sh in j["options"]]
             jobs.append(JobSummary(j["job"], j["preferred"], opts, j["uplink_gbps"],
                                    j["compute_s"], j["iso_s"], j["local_peers"]))
         d["jobs"] = jobs
@@ -130,6 +131,11 @@ class Assignment:
     priority: int
     spine: Optional[int]
     cap: float
+    shift: int = 0
+
+    @property
+    def opt(self) -> Opt:
+        return Opt(self.priority, self.spine, self.cap, self.shift)
 
 
 @dataclass
@@ -154,8 +160,8 @@ class CoordinatorMessage:
 # Local Scheduler
 # ---------------------------------------------------------------------------
 
-def _with_priority(b: SimJob, prio: int) -> SimJob:
-    return SimJob(b.compute_s, b.links, b.B, b.bmax, prio, b.lam_max, b.shift_s)
+def _with_priority(b: SimJob, prio: int, shift_s: float = 0.0) -> SimJob:
+    return SimJob(b.compute_s, b.links, b.B, b.bmax, prio, b.lam_max, shift_s)
 
 
 class LocalScheduler:
@@ -165,8 +171,9 @@ class LocalScheduler:
                  names: Sequence[str], pot: Dict[str, set], K: int, cap_fracs: Sequence[float],
                  exhaustive_limit: int = 256, max_passes: int = 3, span_weight: bool = False,
                  cross_caps: bool = False, screen: float = 1.0, screen_keep: int = 2,
-                 large_group: int = 8):
+                 large_group: int = 8, shift_phases: int = SHIFT_PHASES):
         self.large_group = large_group
+        self.G = max(1, shift_phases)
         self.screen = screen
         self.screen_keep = screen_keep
         self.rack = rack
@@ -227,7 +234,7 @@ class LocalScheduler:
             d = make_decision(self.model, n, Opt(0, o.spine, o.cap))
             b = self.model.sim_job(n, d, links=self.links, floor=n in self.cross)
             self._base[key] = b
-        return _with_priority(b, o.priority)
+        return _with_priority(b, o.priority, o.shift * self.iso[n] / self.G if o.shift else 0.0)
 
     def _lb(self, n: str, o: Opt) -> float:
         """A lower bound of n's slowdown under o in this rack's view, whatever the others do:
@@ -382,7 +389,7 @@ class LocalScheduler:
             hit = paths.get((o.spine, o.cap))
             if hit is not None:
                 p = o.priority
-                return (tuple((p > q) - (p < q) for q in hit[1]), hit[0], o.cap)
+                return (tuple((p > q) - (p < q) for q in hit[1]), hit[0], o.cap, o.shift)
         if spine is not None:
             sl = self.spine_links[spine]
             if all(sl.isdisjoint(ls) for _, ls in others):
@@ -393,7 +400,7 @@ class LocalScheduler:
         if paths is not None:
             paths[(o.spine, o.cap)] = (spine, prios)
         rel = tuple((p > q) - (p < q) for q in prios)
-        return (rel, spine, o.cap)
+        return (rel, spine, o.cap, o.shift)
 
     def _linkset(self, n: str, o: Opt) -> frozenset:
         key = (n, o.spine, o.cap)
@@ -544,7 +551,7 @@ class LocalScheduler:
         if not relabel or any(o.spine is None for o in opts):
             return tuple(opts)
         lab: Dict[int, int] = {}
-        return tuple((o.priority, lab.setdefault(o.spine, len(lab)), o.cap) for o in opts)
+        return tuple((o.priority, lab.setdefault(o.spine, len(lab)), o.cap, o.shift) for o in opts)
 
     def solve(self, fixed: Optional[Dict[str, Opt]] = None) -> Dict[str, Opt]:
         """Best decisions for the rack's jobs with ``fixed`` ones held (rack view)."""
@@ -579,6 +586,71 @@ class LocalScheduler:
         self.assign = a
         return a
 
+    # -- start-time shifts (the phase stage) ---------------------------------
+    def _shiftable(self, group: Sequence[str], a: Dict[str, Opt]) -> List[str]:
+        """The group's jobs that may take a shift in this rack's view (``common.shiftable``)."""
+        return [group[i] for i in shiftable(list(group), [a[n].priority for n in group],
+                                            [self._linkset(n, a[n]) for n in group])]
+
+    def phase_solve(self, fixed: Dict[str, Opt]) -> Dict[str, Opt]:
+        """Shift phases of the rack-local jobs, the rack-spanning ones held at ``fixed`` and
+        every class, spine and cap held: coordinate descent over each shiftable job's phases
+        (a move is accepted only if the group's cost falls).  Groups scored with the proxy
+        are left at phase 0 (the proxy has no notion of timing)."""
+        a = self.assign
+        a.update(fixed)
+        for g in self.groups:
+            if len(g) < 2 or self._is_large(g):
+                continue
+            movable = [n for n in self._shiftable(g, a) if n not in self._cross_set]
+            if not movable:
+                continue
+            cur = self._cost(g, a)
+            for _ in range(self.max_passes):
+                improved = False
+                for n in movable:
+                    keep = a[n]
+                    best_o, best_c = keep, cur
+                    for k in range(self.G):
+                        if k != keep.shift:
+                            a[n] = keep._replace(shift=k)
+                            c = self._cost(g, a)
+                            if c < best_c - 1e-9:
+                                best_o, best_c = a[n], c
+                    a[n] = best_o
+                    if best_o != keep:
+                        cur, improved = best_c, True
+                if not improved:
+                    break
+        return a
+
+    def phase_summarise(self, epoch: int, rnd: int, fixed: Dict[str, Opt]) -> RackSummary:
+        """Like ``summarise`` for the phase stage: only the rack-spanning jobs that may take a
+        shift in this rack's view, their options the held decision at each shift phase."""
+        a = self.assign
+        a.update(fixed)
+        out = []
+        for n in self.cross:
+            g = self.groups[self.group_of[n]]
+            if self._is_large(g) or n not in self._shiftable(g, a):
+                continue
+            keep = a[n]
+            pos = g.index(n)
+            cross_pos = [(i, m) for i, m in enumerate(g) if m != n and m in self._cross_set]
+            local_pos = [i for i, m in enumerate(g) if m not in self._cross_set]
+            opts = []
+            for k in range(self.G):
+                a[n] = keep._replace(shift=k)
+                sd = self._slowdowns(g, a)
+                opts.append(OptionCost(keep.priority, keep.spine, keep.cap, sd[pos],
+                                       sum(sd[i] for i in local_pos),
+                                       {m: sd[i] for i, m in cross_pos}, k))
+            a[n] = keep
+            out.append(JobSummary(n, keep.shift, opts, 0.0,
+                                  self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
+                                  self.local_peers[n]))
+        return RackSummary(self.rack, epoch, rnd, out, 0.0, len(self.local))
+
     # -- messages ----------------------------------------------------------
     def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None) -> RackSummary:
         """Cost of every alternative of each rack-spanning job, others held at the rack's
@@ -602,7 +674,7 @@ class LocalScheduler:
             for o, sd in list(self._each_option(n, g, a)):
                 opts.append(OptionCost(o.priority, o.spine, o.cap, sd[pos],
                                        sum(sd[i] for i in local_pos),
-                                       {m: sd[i] for i, m in cross_pos}))
+                                       {m: sd[i] for i, m in cross_pos}, o.shift))
             use, _ = self.model.usage(n, keep.spine)
             up = sum(b for l, b in use.items() if l in self.links
                      and self.model.cluster.links[l].kind in ("uplink", "downlink"))
@@ -741,7 +813,7 @@ class GlobalCoordinator:
                             spine_load[(r, x)] = spine_load.get((r, x), 0.0) + demand / self.spines
                     else:
                         spine_load[(r, o.spine)] = spine_load.get((r, o.spine), 0.0) + demand
-                out.append(Assignment(j, o.priority, o.spine, o.cap))
+                out.append(Assignment(j, o.priority, o.spine, o.cap, o.shift))
             return CoordinatorMessage(epoch, rnd, out)
         # later rounds: block coordinate descent around the consistent assignment; at most one
         # job moves per rack per round, so every accepted move's summed cost is exact in the
@@ -762,8 +834,8 @@ class GlobalCoordinator:
                 continue
             locked.update(racks)
             o = per_job[j][0][1].options[i]
-            moved[j] = Assignment(j, o.priority, o.spine, o.cap)
-        for j in per_job:
+            moved[j] = Assignment(j, o.priority, o.spine, o.cap, o.shift)
+        for j in current:     # jobs no rack reported (phase stage: not shiftable) are kept
             out.append(moved.get(j, current[j]))
         return CoordinatorMessage(epoch, rnd, out)
 
@@ -779,8 +851,9 @@ class HarmonicsPolicy(Policy):
                  exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
                  reuse: bool = True, span_weight: bool = False, compound: str = "product",
                  cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
-                 screen_keep: int = 2, large_group: int = 8):
+                 screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES):
         self.large_group = large_group   # groups larger than this: closed-form proxy
+        self.shift_phases = shift_phases  # 1: no phase stage (no start-time shifts)
         self.screen = screen
         self.screen_keep = screen_keep
         self.cross_caps = cross_caps
@@ -862,7 +935,7 @@ class HarmonicsPolicy(Policy):
         locs = {r: LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
                                   self.cap_fracs, self.exhaustive_limit, self.max_passes,
                                   self.span_weight, self.cross_caps, self.screen,
-                                  self.screen_keep, self.large_group)
+                                  self.screen_keep, self.large_group, self.shift_phases)
                 for r in sorted(rack_jobs)}
         coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
         epoch = state.epoch
@@ -888,7 +961,7 @@ class HarmonicsPolicy(Policy):
             if current is None:
                 sums = phase(lambda L: L.summarise(epoch, rnd), cross_racks)
             else:
-                cur_opts = {j: Opt(a.priority, a.spine, a.cap) for j, a in current.items()}
+                cur_opts = {j: a.opt for j, a in current.items()}
                 sums = phase(lambda L: L.summarise(epoch, rnd, {**L.assign, **cur_opts}), cross_racks)
             sums = [self._post(s) for _, s in sorted(sums.items())]
             t0 = time.perf_counter()
@@ -897,10 +970,34 @@ class HarmonicsPolicy(Policy):
             new = {a.job: a for a in msg.assignments}
             changed = current is None or any(new[j] != current[j] for j in new)
             current = new
-            fixed = {j: Opt(a.priority, a.spine, a.cap) for j, a in current.items()}
+            fixed = {j: a.opt for j, a in current.items()}
             # every Local Scheduler re-solves its rack-local jobs with the cross-rack ones fixed
             phase(lambda L: L.solve({n: fixed[n] for n in L.cross}), list(locs))
             if not changed or not cross_racks:
+                break
+        # phase stage: start-time shifts of the jobs tied in a class with a link neighbour,
+        # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
+        # the rack-spanning ones from the racks' costs of each phase (same descent as above)
+        phase_rounds = 0
+        while self.shift_phases > 1:
+            fixed = {j: a.opt for j, a in (current or {}).items()}
+            phase(lambda L: L.phase_solve({n: fixed[n] for n in L.cross}), list(locs))
+            if not cross_racks or phase_rounds >= self.max_rounds:
+                break
+            phase_rounds += 1
+            rnd = rounds + phase_rounds
+            sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross}),
+                         cross_racks)
+            sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
+            if not sums:
+                break
+            t0 = time.perf_counter()
+            msg = self._post(coord.coordinate(sums, epoch, rnd, current))
+            crit += time.perf_counter() - t0
+            new = {a.job: a for a in msg.assignments}
+            changed = any(new[j] != current[j] for j in new)
+            current = new
+            if not changed:
                 break
         final: Dict[str, Opt] = {}
         for r, L in locs.items():
@@ -908,11 +1005,13 @@ class HarmonicsPolicy(Policy):
                 final[n] = L.assign[n]
         if current:
             for j, a in current.items():
-                final[j] = Opt(a.priority, a.spine, a.cap)
+                final[j] = a.opt
         # what every Local Scheduler enforces at the end (tests check the consistency)
         self.rack_views = {r: dict(L.assign) for r, L in locs.items()}
         elapsed = time.perf_counter() - t_start
         self.stats = {"seconds": elapsed, "critical_path_s": crit, "rounds": rounds,
+                      "phase_rounds": phase_rounds,
+                      "shifted": sum(1 for o in final.values() if o.shift),
                       "racks": len(locs), "cross_jobs": len(current or {}),
                       "local_evals": sum(L.evals for L in locs.values()),
                       "proxy_evals": sum(L.proxy_evals for L in locs.values()),
@@ -934,6 +1033,8 @@ class HarmonicsPolicy(Policy):
                 continue
             tier = "coordinator" if j.name in (current or {}) else f"local scheduler of rack {j.racks[0]}"
             why = f"harmonics: {tier}, class {o.priority}, spine {o.spine}, cap {o.cap:g}"
+            if o.shift:
+                why += f", shift phase {o.shift}/{self.shift_phases}"
             if j.name in proxied:
                 why += (f"; group > {self.large_group} jobs in rack(s) "
                         f"{','.join(map(str, proxied[j.name]))}: scored with the closed-form "

@@ -1,7 +1,8 @@
 """The shared contention model: every policy scores its decisions with it, the simulator and
 the controller use its predictions and its estimator.
 
-Pure Python + numpy; no Mininet, no os-ken.
+Pure Python + numpy (the event simulation runs compiled when numba is installed: ``kernel.py``);
+no Mininet, no os-ken.
 
 Model (a fluid model of periodic synchronous jobs)
 --------------------------------------------------
@@ -33,6 +34,7 @@ canonical key, so repeated sub-problems (same shapes in many racks) cost one eva
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -252,9 +254,72 @@ class _Alloc:
         return x
 
 
+_KERNEL = None      # the compiled kernel module once imported; False: numba is missing
+
+
+def _jit_kernel():
+    """The compiled kernel (``kernel.py``), or None: numba missing or ``HARMONICS_NO_JIT=1``
+    (read at every call, so a process can compare both paths).  Imported on first use: numba
+    takes a while to import and is not needed by everything that imports the model."""
+    global _KERNEL
+    if os.environ.get("HARMONICS_NO_JIT") == "1":
+        return None
+    if _KERNEL is None:
+        try:
+            from . import kernel
+            _KERNEL = kernel if kernel.AVAILABLE else False
+        except ImportError:
+            _KERNEL = False
+    return _KERNEL or None
+
+
+_WARM: Optional[float] = None
+
+
+def warm_up() -> Optional[float]:
+    """Compile (or load from numba's on-disk cache) the kernel once per process, so that the
+    first decision does not pay it; returns the seconds the first call took (None without
+    the kernel)."""
+    global _WARM
+    kern = _jit_kernel()
+    if kern is None:
+        return None
+    if _WARM is None:
+        _WARM = kern.warm_up()
+    return _WARM
+
+
 def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = None,
              alloc_cache: Optional[dict] = None) -> List[float]:
     """Steady-state iteration time of every job (seconds; inf if starved).  See module doc.
+
+    Runs the compiled kernel (``kernel.py``: the same algorithm and floating-point operations,
+    the same results) when numba is there, the group has at most ``kernel.MAX_JOBS``
+    communicating jobs and ``HARMONICS_NO_JIT`` is not "1"; ``_simulate_py`` otherwise.
+    ``alloc_cache`` (see ``_simulate_py``) is used by the Python path only: the kernel
+    allocates per call, which is cheaper than the lookups."""
+    kern = _jit_kernel()
+    if kern is None:
+        return _simulate_py(jobs, cap, max_events, alloc_cache)
+    comm = [j.bmax > 0 and (bool(j.links) or j.lam_max < INF) for j in jobs]
+    idx = [j for j in range(len(jobs)) if comm[j]]
+    if not idx or len(idx) > kern.MAX_JOBS:
+        return _simulate_py(jobs, cap, max_events, alloc_cache)
+    if max_events is None:
+        max_events = 60 + 30 * len(idx)
+    sub = [jobs[j] for j in idx]
+    # the snapshot job: the longest isolated period (as in _simulate_py)
+    ref = max(range(len(sub)), key=lambda i: isolated_sim_time(sub[i], cap))
+    res = kern.simulate_group(sub, cap, max_events, ref)
+    out = [jb.compute_s for jb in jobs]
+    for k, j in enumerate(idx):
+        out[j] = res[k]
+    return out
+
+
+def _simulate_py(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = None,
+                 alloc_cache: Optional[dict] = None) -> List[float]:
+    """``simulate`` in pure Python (the reference for the compiled kernel; any group size).
     ``alloc_cache``: a dict shared by many calls on the same links (``Evaluator``) to reuse
     rate allocations across simulations (equal up to float summation order)."""
     n = len(jobs)
@@ -414,7 +479,7 @@ class Evaluator:
     def __init__(self, cap: Mapping, share_allocations: bool = False):
         """``share_allocations``: reuse rate allocations across the simulations of this
         evaluator (a search that evaluates many variants of one group; results equal to the
-        plain evaluation up to float summation order)."""
+        plain evaluation up to float summation order).  Python path of ``simulate`` only."""
         self.cap = cap
         self.alloc_cache: Optional[dict] = {} if share_allocations else None
         self.cache: Dict[tuple, Tuple[float, ...]] = {}
