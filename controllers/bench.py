@@ -29,7 +29,7 @@ from workloads.cluster import ClusterSpec
 from workloads.scenario import (Collective, Compute, JobSpec, Placement, Profile, Scenario,
                                 resolve)
 from controllers.schedulers import POLICIES, get_policy, state_from_scenario
-from controllers.schedulers.model import isolated_iteration_time, predict
+from controllers.schedulers.model import isolated_iteration_time, predict, warm_up
 
 # racks, hosts per rack, spines for each cluster size (8 GPUs per host)
 TOPOLOGIES = {
@@ -252,15 +252,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for s in a.sizes:
         if s not in TOPOLOGIES:
             ap.error(f"size {s} not in {sorted(TOPOLOGIES)}")
+    w = warm_up()
+    print("model kernel: " + ("pure Python (numba missing or HARMONICS_NO_JIT=1)" if w is None
+                              else f"compiled (numba), loaded in {w:.2f} s, before any timing"))
     if not a.scale_only:
         quality_section(a.quality_limit)
         print()
     if a.quality:
         return 0
-    from controllers.schedulers.model import warm_up
-    w = warm_up()
-    print("model kernel: " + ("pure Python (numba missing or HARMONICS_NO_JIT=1)" if w is None
-                              else f"compiled (numba), loaded in {w:.2f} s before the timings"))
     limits = {g: a.optimal_limit for g in a.sizes if g <= 1024}
     rows: Optional[List[Tuple[int, str, float]]] = [] if a.csv else None
     ratio = scale_section(a.sizes, limits, rows=rows)

@@ -4,7 +4,8 @@
     policy = get_policy("harmonics")           # or fair, optimal, crux, cassini
     decisions = policy.decide(state)           # job name -> Decision
 
-Pure Python (numpy, optional highspy): no Mininet, no os-ken.
+Python (numpy; the model's event loop compiled with numba, with a pure-Python fallback): no
+Mininet, no os-ken.
 """
 from __future__ import annotations
 
