@@ -59,4 +59,8 @@ ovs-vsctl --timeout=5 show >/dev/null || fail "ovsdb-server does not answer"
 for cmd in "${!PKG[@]}"; do command -v "$cmd" >/dev/null || fail "$cmd is missing"; done
 "$VENV/bin/python" -c 'import os_ken, mininet.net, scapy, numpy, yaml, pydantic' \
   || fail "the virtualenv is broken; delete $VENV and run again"
+# the model's compiled kernel: numba caches it next to the source; compiling it here (once per
+# checkout, ~11 s) keeps it out of the first controller start and the first decision
+(cd "$ROOT" && "$VENV/bin/python" -c 'from controllers.schedulers.model import warm_up; warm_up()') \
+  || fail "the model kernel does not compile (numba); HARMONICS_NO_JIT=1 runs the Python path"
 say "ready: $(ovs-vsctl --version | head -1), $("$VENV/bin/python" --version), venv $VENV"
