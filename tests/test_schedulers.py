@@ -342,13 +342,14 @@ def test_harmonics_lower_bound_holds_in_rack_views(monkeypatch):
 
 # ---------------------------------------------------------------- start-time shifts
 
-def test_shiftable_rule_keeps_smallest_name_at_phase_zero():
+def test_shiftable_rule_needs_a_tied_link_neighbour():
     a, b, c = frozenset({1}), frozenset({1, 2}), frozenset({2})
-    # B and C share link 2 and class 0 with A on link 1: A keeps phase 0
-    assert shiftable(["A", "B", "C"], [0, 0, 0], [a, b, c]) == [1, 2]
-    # different classes: no shifts; no shared link: no shifts
-    assert shiftable(["A", "B", "C"], [0, 1, 2], [a, b, c]) == []
-    assert shiftable(["A", "C"], [0, 0], [a, c]) == []
+    # one class: every job meets another on a link
+    assert shiftable([0, 0, 0], [a, b, c]) == [0, 1, 2]
+    # different classes, or no shared link: no shifts
+    assert shiftable([0, 1, 2], [a, b, c]) == []
+    assert shiftable([0, 0], [a, c]) == []
+    assert shiftable([0, 0, 1], [a, b, c]) == [0, 1]
 
 
 def test_shifts_interleave_a_comm_heavy_pair_consistently():

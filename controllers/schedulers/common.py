@@ -9,8 +9,8 @@ from .model import ContentionModel, connected_groups
 
 DEFAULT_CAP_FRACS: Tuple[float, ...] = (1.0, 0.5)
 # start-time shifts: phase k delays the job's start by k / SHIFT_PHASES of its isolated
-# iteration time; offered only to a job that shares its class with a job of a smaller name on
-# one of its links (``shiftable``): across classes strict priority sets the relative timing
+# iteration time; offered only to a job that shares its class with another job on one of its
+# links (``shiftable``): across classes strict priority sets the relative timing
 SHIFT_PHASES = 4
 
 
@@ -33,16 +33,15 @@ def shift_seconds(model: ContentionModel, name: str, phase: int,
     return phase * model.iso_iter(name) / phases
 
 
-def shiftable(names: Sequence[str], prios: Sequence[int], links: Sequence[frozenset]) -> List[int]:
+def shiftable(prios: Sequence[int], links: Sequence[frozenset]) -> List[int]:
     """Indices of the jobs that may take a start-time shift: those that share their class with
-    a job of a smaller name on one of their links.  Shifts are relative, so in every set of
-    such tied jobs the one with the smallest name keeps phase 0; the rule only needs the
-    links where the two jobs meet, so a rack checks it on its own links (every link belongs
-    to a rack) and the union over racks is the global rule."""
+    another job on one of their links.  The rule only needs the links where the two jobs meet,
+    so a rack checks it on its own links (every link belongs to a rack) and the union over
+    racks is the global rule."""
     out = []
-    for i, n in enumerate(names):
-        for j, m in enumerate(names):
-            if m < n and prios[i] == prios[j] and not links[i].isdisjoint(links[j]):
+    for i in range(len(prios)):
+        for j in range(len(prios)):
+            if i != j and prios[i] == prios[j] and not links[i].isdisjoint(links[j]):
                 out.append(i)
                 break
     return out

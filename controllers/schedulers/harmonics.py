@@ -51,6 +51,10 @@ PROXY_BLOCK = "max"
 # detects a completion at 1e-9 of the remaining work, so an iteration may end a hair early
 LB_MARGIN = 1e-6
 USE_BOUND = True     # the lower-bound pruning of LocalScheduler._solve_group (exact)
+# phase stage: a job slowed by more than this (its slowdown - 1) is also offered every class
+# with every phase ("probe"): it may do better tied with a neighbour at another phase than
+# below it (comm-heavy jobs that never fit in the higher job's gaps)
+PROBE_MIN = 0.05
 SCREEN_BOUND = True  # ... also before screening runs (changes which options reach the top)
 
 # ---------------------------------------------------------------------------
@@ -145,6 +149,7 @@ class CoordinatorMessage:
     epoch: int
     round: int
     assignments: List[Assignment]
+    probe: List[str] = field(default_factory=list)   # phase stage: jobs offered every class
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -589,7 +594,7 @@ class LocalScheduler:
     # -- start-time shifts (the phase stage) ---------------------------------
     def _shiftable(self, group: Sequence[str], a: Dict[str, Opt]) -> List[str]:
         """The group's jobs that may take a shift in this rack's view (``common.shiftable``)."""
-        return [group[i] for i in shiftable(list(group), [a[n].priority for n in group],
+        return [group[i] for i in shiftable([a[n].priority for n in group],
                                             [self._linkset(n, a[n]) for n in group])]
 
     def phase_solve(self, fixed: Dict[str, Opt]) -> Dict[str, Opt]:
@@ -602,21 +607,29 @@ class LocalScheduler:
         for g in self.groups:
             if len(g) < 2 or self._is_large(g):
                 continue
-            movable = [n for n in self._shiftable(g, a) if n not in self._cross_set]
+            locals_g = [n for n in g if n not in self._cross_set]
+            sd = self._slowdowns(g, a)
+            probe = {n for n, v in zip(g, sd) if n in locals_g and v > 1.0 + PROBE_MIN}
+            movable = [n for n in locals_g
+                       if n in probe or n in self._shiftable(g, a)]
             if not movable:
                 continue
-            cur = self._cost(g, a)
+            cur = self._group_cost(g, sd)
             for _ in range(self.max_passes):
                 improved = False
                 for n in movable:
                     keep = a[n]
                     best_o, best_c = keep, cur
-                    for k in range(self.G):
-                        if k != keep.shift:
-                            a[n] = keep._replace(shift=k)
-                            c = self._cost(g, a)
-                            if c < best_c - 1e-9:
-                                best_o, best_c = a[n], c
+                    seen = {self._phase_norm(n, keep, g, a)}
+                    for o in self._phase_options(n, keep, n in probe):
+                        o = self._phase_norm(n, o, g, a)
+                        if o in seen:
+                            continue
+                        seen.add(o)
+                        a[n] = o
+                        c = self._cost(g, a)
+                        if c < best_c - 1e-9:
+                            best_o, best_c = o, c
                     a[n] = best_o
                     if best_o != keep:
                         cur, improved = best_c, True
@@ -624,29 +637,52 @@ class LocalScheduler:
                     break
         return a
 
-    def phase_summarise(self, epoch: int, rnd: int, fixed: Dict[str, Opt]) -> RackSummary:
-        """Like ``summarise`` for the phase stage: only the rack-spanning jobs that may take a
-        shift in this rack's view, their options the held decision at each shift phase."""
+    def _phase_options(self, n: str, keep: Opt, probe: bool) -> List[Opt]:
+        """The phase stage's alternatives of n: its held decision at every phase, and for a
+        probed job every class at every phase (phase-major order: the shift-free ones first,
+        so that ties go to no shift); spine and cap stay held."""
+        classes = range(self.K) if probe else [keep.priority]
+        return [keep._replace(priority=k, shift=p) for p in range(self.G) for k in classes]
+
+    def _phase_norm(self, n: str, o: Opt, g: Sequence[str], a: Dict[str, Opt]) -> Opt:
+        """o, or o at phase 0 if n may not take a shift there (no link neighbour of its class
+        in this rack's view): outside the decision space, it stands for phase 0."""
+        if not o.shift:
+            return o
+        keep = a[n]
+        a[n] = o
+        ok = n in self._shiftable(g, a)
+        a[n] = keep
+        return o if ok else o._replace(shift=0)
+
+    def phase_summarise(self, epoch: int, rnd: int, fixed: Dict[str, Opt],
+                        probe: Sequence[str] = ()) -> RackSummary:
+        """Like ``summarise`` for the phase stage: the rack-spanning jobs the Coordinator
+        probes (every class at every phase, ``_phase_options``) and those that may take a
+        shift in this rack's view (the held decision at each phase); an option outside the
+        decision space here is reported at phase 0's costs (``_phase_norm``)."""
         a = self.assign
         a.update(fixed)
         out = []
         for n in self.cross:
             g = self.groups[self.group_of[n]]
-            if self._is_large(g) or n not in self._shiftable(g, a):
+            probed = n in probe
+            if self._is_large(g) or not (probed or n in self._shiftable(g, a)):
                 continue
             keep = a[n]
             pos = g.index(n)
             cross_pos = [(i, m) for i, m in enumerate(g) if m != n and m in self._cross_set]
             local_pos = [i for i, m in enumerate(g) if m not in self._cross_set]
             opts = []
-            for k in range(self.G):
-                a[n] = keep._replace(shift=k)
+            cands = self._phase_options(n, keep, probed)
+            for o in cands:
+                a[n] = self._phase_norm(n, o, g, a)
                 sd = self._slowdowns(g, a)
-                opts.append(OptionCost(keep.priority, keep.spine, keep.cap, sd[pos],
+                a[n] = keep
+                opts.append(OptionCost(o.priority, o.spine, o.cap, sd[pos],
                                        sum(sd[i] for i in local_pos),
-                                       {m: sd[i] for i, m in cross_pos}, k))
-            a[n] = keep
-            out.append(JobSummary(n, keep.shift, opts, 0.0,
+                                       {m: sd[i] for i, m in cross_pos}, o.shift))
+            out.append(JobSummary(n, cands.index(keep), opts, 0.0,
                                   self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
                                   self.local_peers[n]))
         return RackSummary(self.rack, epoch, rnd, out, 0.0, len(self.local))
@@ -770,6 +806,30 @@ class GlobalCoordinator:
                     elif v > worst.get(m, 0.0):
                         worst[m] = v
             out.append(tot + sum(worst.values()))
+        return out
+
+    def slowed(self, summaries: Sequence[RackSummary], current: Dict[str, Assignment],
+               threshold: float) -> List[str]:
+        """The rack-spanning jobs whose slowdown, compounded over their racks' views at the
+        current assignment, exceeds 1 + threshold: the phase stage probes them."""
+        per_job: Dict[str, List[JobSummary]] = {}
+        for s in summaries:
+            for js in s.jobs:
+                per_job.setdefault(js.job, []).append(js)
+        out = []
+        for j, entries in sorted(per_job.items()):
+            a = current.get(j)
+            if a is None:
+                continue
+            opts = entries[0].options
+            i = next((k for k, o in enumerate(opts) if (o.priority, o.spine, o.cap, o.shift)
+                      == (a.priority, a.spine, a.cap, a.shift)), None)
+            if i is None:
+                continue
+            v = self._product([(e.options[i].own, e.local_peers) for e in entries],
+                              entries[0].compute_s, entries[0].iso_s)
+            if v > 1.0 + threshold:
+                out.append(j)
         return out
 
     def coordinate(self, summaries: Sequence[RackSummary], epoch: int, rnd: int,
@@ -979,6 +1039,14 @@ class HarmonicsPolicy(Policy):
         # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
         # the rack-spanning ones from the racks' costs of each phase (same descent as above)
         phase_rounds = 0
+        probe: List[str] = []
+        if self.shift_phases > 1 and current:
+            # the Coordinator names the rack-spanning jobs the phase stage probes (their
+            # slowdown compounded over the last round's views)
+            t0 = time.perf_counter()
+            probe = self._post(CoordinatorMessage(epoch, rounds, list(current.values()),
+                                                  coord.slowed(sums, current, PROBE_MIN))).probe
+            crit += time.perf_counter() - t0
         while self.shift_phases > 1:
             fixed = {j: a.opt for j, a in (current or {}).items()}
             phase(lambda L: L.phase_solve({n: fixed[n] for n in L.cross}), list(locs))
@@ -986,8 +1054,8 @@ class HarmonicsPolicy(Policy):
                 break
             phase_rounds += 1
             rnd = rounds + phase_rounds
-            sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross}),
-                         cross_racks)
+            sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross},
+                                                     probe), cross_racks)
             sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
             if not sums:
                 break

@@ -3,8 +3,8 @@
 Decision space (the same one Harmonics searches, so the optimum bounds it): for every job a
 priority class (at most ``num_classes`` levels), a spine (None = ECMP hash, or one of the
 spines, for rack-spanning jobs), a rate cap from ``cap_fracs`` (fraction of each link the
-job uses) and, for a job that shares its class with a job of a smaller name on one of its
-links (``common.shiftable``), a start-time shift phase (``common.SHIFT_PHASES`` phases of its isolated iteration time; the grid contains
+job uses) and, for a job that shares its class with another job on one of its links
+(``common.shiftable``), a start-time shift phase (``common.SHIFT_PHASES`` phases of its isolated iteration time; the grid contains
 CASSINI's interleavings of the standard cases).  Objective: mean slowdown (predicted
 iteration time / isolated iteration time).
 
@@ -13,8 +13,10 @@ are independent, so each such group is enumerated on its own (exact: the objecti
 over groups).  Within a group: every (spine, cap) choice of its jobs, times the priorities as
 weak orders (strict priority only depends on relative order) of which only one per distinct
 order of the pairs of jobs that share a link is evaluated (the same rates at every instant),
-times the shift phases of the jobs tied in a class.  A (spine, cap) choice whose summed
-per-job lower bounds (each job alone on its links) reach the incumbent is skipped (exact).
+times the shift phases of the jobs tied in a class (enumerated after every shift-free
+assignment: a shift is chosen only if it strictly beats them all).  A (spine, cap) choice
+whose summed per-job lower bounds (each job alone on its links) reach the incumbent is
+skipped (exact).
 The search stops at ``time_limit_s``; ``proven_optimal`` is True only if every group was
 enumerated completely.
 """
@@ -125,44 +127,50 @@ class OptimalPolicy(Policy):
                 best_cost, inc = c, (prios, paths, shifts)
 
         orders = list(weak_orders(n, K))
-        for paths in itertools.product(*popts):
-            if time.perf_counter() > deadline:
-                return self._result(group, inc), False, evaluated
-            for i, p in enumerate(paths):
-                sim0(i, p[0], p[1])
-            # exact early abandon: every job costs at least its slowdown alone
-            lb = sum(lbs[(i, p[0], p[1])] for i, p in enumerate(paths))
-            if lb * (1.0 - LB_MARGIN) >= best_cost - 1e-12:
-                self.pruned += 1
-                continue
-            links = [frozenset(base[(i, p[0], p[1])].links) for i, p in enumerate(paths)]
-            pairs = [(i, j) for i in range(n) for j in range(i + 1, n)
-                     if not links[i].isdisjoint(links[j])]
-            seen = set()
-            for prios in orders:
-                # strict priority acts per link: orders that agree on every pair of jobs
-                # sharing a link give the same rates at every instant
-                rel = tuple((prios[i] > prios[j]) - (prios[i] < prios[j]) for i, j in pairs)
-                if rel in seen:
-                    continue
-                seen.add(rel)
+        # first every shift-free assignment, then the shifted ones: a shift is chosen only if
+        # it beats every assignment without one (on the emulator a shift is the weaker lever:
+        # the phases it sets drift, priorities act at every packet)
+        for shifted in (False, True):
+            if shifted and G <= 1:
+                break
+            for paths in itertools.product(*popts):
                 if time.perf_counter() > deadline:
                     return self._result(group, inc), False, evaluated
-                consider(prios, paths, zeros)
-                if G <= 1:
+                for i, p in enumerate(paths):
+                    sim0(i, p[0], p[1])
+                # exact early abandon: every job costs at least its slowdown alone
+                lb = sum(lbs[(i, p[0], p[1])] for i, p in enumerate(paths))
+                if lb * (1.0 - LB_MARGIN) >= best_cost - 1e-12:
+                    self.pruned += 1
                     continue
-                # shifts of the jobs that share their class with a job of a smaller name on one
-                # of their links (every phase combination, jointly; the others start at 0)
-                tied = shiftable(group, prios, links)
-                for ks in itertools.product(range(G), repeat=len(tied)):
-                    if not any(ks):
+                links = [frozenset(base[(i, p[0], p[1])].links) for i, p in enumerate(paths)]
+                pairs = [(i, j) for i in range(n) for j in range(i + 1, n)
+                         if not links[i].isdisjoint(links[j])]
+                seen = set()
+                for prios in orders:
+                    # strict priority acts per link: orders that agree on every pair of jobs
+                    # sharing a link give the same rates at every instant
+                    rel = tuple((prios[i] > prios[j]) - (prios[i] < prios[j]) for i, j in pairs)
+                    if rel in seen:
                         continue
+                    seen.add(rel)
                     if time.perf_counter() > deadline:
                         return self._result(group, inc), False, evaluated
-                    shifts = list(zeros)
-                    for i, k in zip(tied, ks):
-                        shifts[i] = k
-                    consider(prios, paths, tuple(shifts))
+                    if not shifted:
+                        consider(prios, paths, zeros)
+                        continue
+                    # shifts of the jobs that share their class with another job on one of
+                    # their links (every phase combination, jointly; the others at 0)
+                    tied = shiftable(prios, links)
+                    for ks in itertools.product(range(G), repeat=len(tied)):
+                        if not any(ks):
+                            continue
+                        if time.perf_counter() > deadline:
+                            return self._result(group, inc), False, evaluated
+                        shifts = list(zeros)
+                        for i, k in zip(tied, ks):
+                            shifts[i] = k
+                        consider(prios, paths, tuple(shifts))
         return self._result(group, inc), True, evaluated
 
     @staticmethod
