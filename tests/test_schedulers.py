@@ -376,3 +376,25 @@ def test_shifts_interleave_a_comm_heavy_pair_consistently():
     # without the phase stage Harmonics is back at fair sharing's figure
     assert predict(st, get_policy("harmonics", shift_phases=1).decide(st)).mean_slowdown \
         == pytest.approx(fair)
+
+
+def test_phase_stage_probes_a_starved_job_into_a_tie(monkeypatch):
+    """pair-shared-spine (the default scenario): the rounds favour jobA (1.0 / 2.0); the
+    Coordinator names jobB to the phase stage, which moves it into jobA's class at a shift
+    phase: 1.09 each, the optimum.  Without the probe Harmonics stays at 1.5."""
+    from workloads.scenario import load_scenario
+    from conftest import REPO
+    import controllers.schedulers.harmonics as H
+    st = state_from_scenario(resolve(load_scenario(REPO / "scenarios" / "pair-shared-spine.yaml")))
+    opt = get_policy("optimal", time_limit_s=60)
+    best = predict(st, opt.decide(st)).mean_slowdown
+    h = get_policy("harmonics")
+    d = h.decide(st)
+    assert predict(st, d).mean_slowdown == pytest.approx(best, rel=1e-9)
+    assert d["jobA"].priority == d["jobB"].priority
+    assert d["jobB"].shift_s > 0 and d["jobA"].shift_s == 0
+    probes = [json.loads(m) for m in h.messages if '"probe"' in m]
+    assert any(p["probe"] == ["jobB"] for p in probes)
+    _check_consistent(st, h, d)
+    monkeypatch.setattr(H, "PROBE_MIN", float("inf"))
+    assert predict(st, get_policy("harmonics").decide(st)).mean_slowdown == pytest.approx(1.5)
