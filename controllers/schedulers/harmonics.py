@@ -502,49 +502,56 @@ class LocalScheduler:
                 a[n] = o
             return
         self._initial(free, a)
-        cur = self._cost(group, a)
+
+        def moves(n, keep, cur0):
+            prune = None
+            if bound:
+                rest = sum(self._lb(m, a[m]) for m in group if m != n)
+
+                def prune(o):
+                    # the same bound as the exhaustive search's: a move is accepted only
+                    # below the held cost
+                    if (rest + self._lb(n, o)) * (1.0 - LB_MARGIN) >= cur0 - 1e-9:
+                        self.pruned += 1
+                        return True
+                    return False
+            if self.screen < 1.0 and n not in self._cross_set and not self._is_large(group):
+                # screening: every option on a short run, the best few on the full model
+                # (options the bound excludes are not screened: they cannot be accepted)
+                quick = sorted(((self._group_cost(group, sd), i, o) for i, (o, sd) in
+                                enumerate(list(self._each_option(
+                                    n, group, a, skip=keep, budget=self.screen,
+                                    prune=prune if SCREEN_BOUND else None)))))
+                for _, _, o in quick[:self.screen_keep]:
+                    if prune is not None and prune(o):
+                        continue
+                    a[n] = o
+                    c = self._cost(group, a)
+                    a[n] = keep
+                    yield o, c
+            else:
+                for o, sd in list(self._each_option(n, group, a, skip=keep, prune=prune)):
+                    yield o, self._group_cost(group, sd)
+        self._descend(a, free, self._cost(group, a), moves)
+
+    def _descend(self, a: Dict[str, Opt], movable: Sequence[str], cur: float, moves) -> float:
+        """Coordinate descent: each movable job in turn takes its best alternative, the others
+        held (``moves(n, held option, current cost)`` yields (option, group cost)); a move is
+        accepted only if the cost falls; at most ``max_passes`` passes.  Returns the cost."""
         for _ in range(self.max_passes):
             improved = False
-            for n in free:
+            for n in movable:
                 keep = a[n]
                 best_o, best_c = keep, cur
-                prune = None
-                if bound:
-                    rest = sum(self._lb(m, a[m]) for m in group if m != n)
-
-                    def prune(o, rest=rest, n=n, cur0=best_c):
-                        # the same bound as the exhaustive search's: a move is accepted only
-                        # below the held cost
-                        if (rest + self._lb(n, o)) * (1.0 - LB_MARGIN) >= cur0 - 1e-9:
-                            self.pruned += 1
-                            return True
-                        return False
-                if self.screen < 1.0 and n not in self._cross_set and not self._is_large(group):
-                    # screening: every option on a short run, the best few on the full model
-                    # (options the bound excludes are not screened: they cannot be accepted)
-                    quick = sorted(((self._group_cost(group, sd), i, o) for i, (o, sd) in
-                                    enumerate(list(self._each_option(
-                                        n, group, a, skip=keep, budget=self.screen,
-                                        prune=prune if SCREEN_BOUND else None)))))
-                    cands = [o for _, _, o in quick[:self.screen_keep]]
-                    for o in cands:
-                        if prune is not None and prune(o):
-                            continue
-                        a[n] = o
-                        c = self._cost(group, a)
-                        if c < best_c - 1e-9:
-                            best_o, best_c = o, c
-                    a[n] = keep
-                else:
-                    for o, sd in list(self._each_option(n, group, a, skip=keep, prune=prune)):
-                        c = self._group_cost(group, sd)
-                        if c < best_c - 1e-9:
-                            best_o, best_c = o, c
+                for o, c in moves(n, keep, cur):
+                    if c < best_c - 1e-9:
+                        best_o, best_c = o, c
                 a[n] = best_o
                 if best_o != keep:
                     cur, improved = best_c, True
             if not improved:
                 break
+        return cur
 
     @staticmethod
     def _canon(opts: List[Opt], relabel: bool) -> tuple:
@@ -614,27 +621,18 @@ class LocalScheduler:
                        if n in probe or n in self._shiftable(g, a)]
             if not movable:
                 continue
-            cur = self._group_cost(g, sd)
-            for _ in range(self.max_passes):
-                improved = False
-                for n in movable:
-                    keep = a[n]
-                    best_o, best_c = keep, cur
-                    seen = {self._phase_norm(n, keep, g, a)}
-                    for o in self._phase_options(n, keep, n in probe):
-                        o = self._phase_norm(n, o, g, a)
-                        if o in seen:
-                            continue
+
+            def moves(n, keep, cur0, g=g, probe=probe):
+                seen = {self._phase_norm(n, keep, g, a)}
+                for o in self._phase_options(n, keep, n in probe):
+                    o = self._phase_norm(n, o, g, a)
+                    if o not in seen:
                         seen.add(o)
                         a[n] = o
                         c = self._cost(g, a)
-                        if c < best_c - 1e-9:
-                            best_o, best_c = o, c
-                    a[n] = best_o
-                    if best_o != keep:
-                        cur, improved = best_c, True
-                if not improved:
-                    break
+                        a[n] = keep
+                        yield o, c
+            self._descend(a, movable, self._group_cost(g, sd), moves)
         return a
 
     def _phase_options(self, n: str, keep: Opt, probe: bool) -> List[Opt]:
