@@ -38,6 +38,9 @@ from controllers.schedulers.base import Decision
 from emulation.qos import class_dscp
 from workloads.cluster import Cluster, ClusterSpec, parse_host
 
+# a job is decided this long (wall seconds) before its start (``_epoch_loop``)
+PRESTART_S = 0.5
+
 LOG = logging.getLogger("harmonics.controller")
 
 FLOW_IDLE_S = 60          # per-flow entries expire after this much silence
@@ -93,7 +96,9 @@ class HarmonicsController(app_manager.OSKenApp):
         self.estimate_window_s = float(self.config.get("estimate_window_s", max(4.0, self.epoch_s)))
         self.last_record: Optional[dict] = None
         self.job_rate_mbps: Dict[str, float] = {}
-        self.shift_seq: Dict[str, tuple] = {}     # job -> (seq, shift, at_iteration, dscp) written
+        # job -> (seq, last decided shift, at_iteration, dscp, last shift sent) of its control file
+        self.shift_seq: Dict[str, tuple] = {}
+        self._prestarted: set = set()             # jobs decided before their start
         self.driver = None
         if self.config.get("policy"):
             self._make_driver()
@@ -230,16 +235,39 @@ class HarmonicsController(app_manager.OSKenApp):
         return min(ts) if ts else None
 
     def _epoch_loop(self):
+        """Epochs every ``epoch_s``, plus one ``PRESTART_S`` before a job starts: that job's
+        class and start-time shift are in place for its first iteration (as in the model and
+        the simulator, which decide at a job's arrival), instead of a shift applied after it
+        has already run an epoch in an arbitrary phase."""
         nxt = time.time() + self.epoch_s
         while not self._stop.is_set():
-            hub.sleep(max(0.0, nxt - time.time()))
-            nxt += self.epoch_s
+            now = time.time()
+            pre = self._next_prestart(now)
+            if pre is not None and pre < nxt:
+                hub.sleep(max(0.0, pre - now))
+                lead = PRESTART_S
+            else:
+                hub.sleep(max(0.0, nxt - now))
+                nxt += self.epoch_s
+                lead = 0.0
             try:
-                self._run_epoch()
+                self._run_epoch(lead)
             except Exception:
                 LOG.exception("epoch failed")
 
-    def _run_epoch(self):
+    def _next_prestart(self, now: float) -> Optional[float]:
+        """When to decide for the next job about to start (not decided before its start)."""
+        best = None
+        for name in self.jobs:
+            t = self.job_start(name)
+            if name in self._prestarted or t is None or t <= now:
+                continue
+            best = t - PRESTART_S if best is None else min(best, t - PRESTART_S)
+        return best
+
+    def _run_epoch(self, lead: float = 0.0):
+        """One epoch; ``lead`` > 0: a pre-start epoch, jobs starting within ``lead`` s count
+        as active."""
         now = time.time()
         with self.lock:
             fresh, self.bins = self.bins, []
@@ -257,10 +285,14 @@ class HarmonicsController(app_manager.OSKenApp):
             for job, pairs in b.items():
                 self.job_rate_mbps[job] = self.job_rate_mbps.get(job, 0.0) + \
                     sum(pairs.values()) * 8 / self.epoch_s / 1e6
-        active = self.active_jobs(now)
+        active = self.active_jobs(now + lead)
+        for name in active:
+            if (self.job_start(name) or 0.0) > now:
+                self._prestarted.add(name)
         if not active and not self.decisions:
             return
-        decisions, rec = self.driver.step(now - (self.run_start() or now), active, series, self.poll_s)
+        decisions, rec = self.driver.step(max(0.0, now - (self.run_start() or now)), active,
+                                          series, self.poll_s)
         self.apply_decisions(decisions)
         self._apply_shifts(decisions)
         rec_d = json.loads(rec.to_json())
@@ -281,17 +313,21 @@ class HarmonicsController(app_manager.OSKenApp):
         if not control_dir:
             return
         for job, d in decisions.items():
-            seq, last, at, last_dscp = self.shift_seq.get(job, (0, 0.0, None, None))
+            seq, last, at, last_dscp, sent = self.shift_seq.get(job, (0, 0.0, None, None, 0.0))
             dscp = class_dscp(min(max(d.priority, 0), self.num_classes - 1), self.num_classes)
-            new_shift = abs(d.shift_s - last) > 1e-6
-            if not new_shift and dscp == last_dscp:
-                continue
+            changed = abs(d.shift_s - last) > 1e-6
+            new_shift = changed and d.shift_s > 1e-9     # a zero shift is no delay: not sent
             if new_shift:
                 seq += 1
-                at = self._last_iteration(job) + 2
-            write_control(os.path.join(control_dir, f"{job}.json"), d.shift_s * self.time_scale, seq,
-                          at_iteration=at, dscp=dscp)
-            self.shift_seq[job] = (seq, d.shift_s, at, dscp)
+                sent = d.shift_s
+                # every rank applies it before the same iteration: the first one if the job
+                # has not started yet (pre-start epoch), else two after the last one logged
+                started = (self.job_start(job) or 0.0) <= time.time()
+                at = self._last_iteration(job) + 2 if started else 0
+            if new_shift or dscp != last_dscp:
+                write_control(os.path.join(control_dir, f"{job}.json"), sent * self.time_scale,
+                              seq, at_iteration=at, dscp=dscp)
+            self.shift_seq[job] = (seq, d.shift_s, at, dscp, sent)
 
     def _last_iteration(self, job: str) -> int:
         from emulation.worker import read_worker_log

@@ -456,9 +456,13 @@ class Worker:
             self.iteration = it
             self.it_start = None
             self.it_sent = self.it_recv = 0
-            shift = self.control_shift(it)
-            next_start += shift
             _sleep_until(next_start)
+            # the control file is read at the iteration's start (after start_at for the
+            # first one: the controller decides a job just before it starts)
+            shift = self.control_shift(it)
+            if shift > 0.0:
+                next_start += shift
+                _sleep_until(next_start)
             t0 = time.time()
             self.it_start = t0
             c, m = self.run_iteration()

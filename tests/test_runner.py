@@ -90,8 +90,9 @@ def test_priority_policy_changes_iteration_times_and_says_why(fair_run, tmp_path
 def test_harmonics_shift_reaches_the_workers(emulation_ready, tmp_path):
     """On pair-shared-spine the model prefers the two jobs tied in one class, one shifted by
     half a period (1.09 against 1.5 with priorities): the decision says so, the controller
-    writes the shift (in emulated seconds) to the job's control file and its workers log it
-    applied before one of their iterations."""
+    decides before the jobs start and writes the shift (in emulated seconds) to the job's
+    control file for its first iteration, and its workers log it applied there: the job
+    starts that much later."""
     sc = load_scenario(REPO / "scenarios" / "pair-shared-spine.yaml")
     out = tmp_path / "harmonics-shift"
     rows = run_emulation(sc, "harmonics", out, isolated="analytical", quiet=True)
@@ -106,9 +107,14 @@ def test_harmonics_shift_reaches_the_workers(emulation_ready, tmp_path):
     ctl = json.loads((out / "control" / f"{job}.json").read_text())
     want = dec[job]["shift_s"] * sc.emulation.time_scale
     assert ctl["shift_s"] == pytest.approx(want)
-    applied = [float(r["shift_s"]) for r in csv.DictReader(open(out / "logs" / f"{job}.csv"))
-               if r["status"] == "ok" and float(r["shift_s"] or 0) > 0]
-    assert applied and applied[0] == pytest.approx(want, rel=1e-3), applied
+    assert ctl["seq"] == 1 and ctl["at_iteration"] == 0
+    first = [r for r in csv.DictReader(open(out / "logs" / f"{job}.csv"))
+             if r["status"] == "ok" and r["iteration"] == "0"]
+    assert len(first) == 2          # both ranks
+    for r in first:
+        assert float(r["shift_s"]) == pytest.approx(want, rel=1e-3)
+        assert float(r["start_s"]) == pytest.approx(want, abs=0.05)     # emulated seconds
+    assert recs[0]["epoch"] == 0 and set(recs[0]["active_jobs"]) == {"jobA", "jobB"}
     assert all(r["iterations"] == 15 for r in rows.values()), rows
     assert not our_bridges()
 
