@@ -3,9 +3,11 @@
 See docs/harmonics.md for the design (problem of each tier, messages, complexity, epoch).
 
 Decision space (the same as ``optimal``'s): per job a priority class (< num_classes), a spine
-(None = ECMP hash, or one spine for all its cross-rack flows) and a rate cap fraction from
-``cap_fracs`` (applied to every link the job uses).  Objective: mean slowdown under the
-shared contention model.
+(None = ECMP hash, or one spine for all its cross-rack flows), a rate cap fraction from
+``cap_fracs`` (applied to every link the job uses) and, for a job tied in a class with a link
+neighbour, a start-time shift phase (``common.shiftable``).  Objective: mean slowdown under
+the shared contention model.  Classes, spines and caps are chosen in rounds; a phase stage
+then sets the shifts and tries the slowed jobs ("probes") tied with a neighbour at each phase.
 
 Tiers and what crosses between them (plain dataclasses, JSON-serialisable):
   LocalScheduler(r)  --RackSummary-->  GlobalCoordinator  --CoordinatorMessage-->  LocalScheduler(r)
