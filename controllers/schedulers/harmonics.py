@@ -639,10 +639,12 @@ class LocalScheduler:
 
     def _phase_options(self, n: str, keep: Opt, probe: bool) -> List[Opt]:
         """The phase stage's alternatives of n: its held decision at every phase, and for a
-        probed job every class at every phase (phase-major order: the shift-free ones first,
-        so that ties go to no shift); spine and cap stay held."""
+        probed job every other class at every phase but 0 (the rounds chose its class among
+        the shift-free ones already); phase-major order, so that ties go to the smaller
+        shift; spine and cap stay held."""
         classes = range(self.K) if probe else [keep.priority]
-        return [keep._replace(priority=k, shift=p) for p in range(self.G) for k in classes]
+        return [keep._replace(priority=k, shift=p) for p in range(self.G) for k in classes
+                if p or k == keep.priority]
 
     def _phase_norm(self, n: str, o: Opt, g: Sequence[str], a: Dict[str, Opt]) -> Opt:
         """o, or o at phase 0 if n may not take a shift there (no link neighbour of its class
