@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from workloads.cluster import ClusterSpec
 from workloads.scenario import (Collective, Compute, JobSpec, Placement, Profile, Scenario,
                                 resolve)
-from controllers.schedulers import POLICIES, get_policy, state_from_scenario
+from controllers.schedulers import get_policy, state_from_scenario
 from controllers.schedulers.model import isolated_iteration_time, predict, warm_up
 
 # racks, hosts per rack, spines for each cluster size (8 GPUs per host)

