@@ -672,22 +672,30 @@ class LocalScheduler:
             if self._is_large(g) or not (probed or n in self._shiftable(g, a)):
                 continue
             keep = a[n]
-            pos = g.index(n)
-            cross_pos = [(i, m) for i, m in enumerate(g) if m != n and m in self._cross_set]
-            local_pos = [i for i, m in enumerate(g) if m not in self._cross_set]
             opts = []
             cands = self._phase_options(n, keep, probed)
             for o in cands:
                 a[n] = self._phase_norm(n, o, g, a)
                 sd = self._slowdowns(g, a)
                 a[n] = keep
-                opts.append(OptionCost(o.priority, o.spine, o.cap, sd[pos],
-                                       sum(sd[i] for i in local_pos),
-                                       {m: sd[i] for i, m in cross_pos}, o.shift))
-            out.append(JobSummary(n, cands.index(keep), opts, 0.0,
-                                  self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
-                                  self.local_peers[n]))
+                opts.append(self._option_cost(n, g, o, sd))
+            out.append(self._job_summary(n, cands.index(keep), opts, 0.0))
         return RackSummary(self.rack, epoch, rnd, out, 0.0, len(self.local))
+
+    def _option_cost(self, n: str, g: Sequence[str], o: Opt, sd: Sequence[float]) -> OptionCost:
+        """Alternative o of rack-spanning job n as this rack sees it, from the slowdowns
+        ``sd`` of its group ``g``: its own, the rack-local jobs' sum, each other
+        rack-spanning job's."""
+        cross = self._cross_set
+        return OptionCost(o.priority, o.spine, o.cap, sd[g.index(n)],
+                          sum(v for m, v in zip(g, sd) if m not in cross),
+                          {m: v for m, v in zip(g, sd) if m != n and m in cross}, o.shift)
+
+    def _job_summary(self, n: str, preferred: int, opts: List[OptionCost],
+                     demand: float) -> JobSummary:
+        return JobSummary(n, preferred, opts, demand,
+                          self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
+                          self.local_peers[n])
 
     # -- messages ----------------------------------------------------------
     def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None) -> RackSummary:
@@ -705,22 +713,13 @@ class LocalScheduler:
         for n in self.cross:
             g = self.groups[self.group_of[n]]
             keep = a[n]
-            opts = []
-            pos = g.index(n)
-            cross_pos = [(i, m) for i, m in enumerate(g) if m != n and m in self._cross_set]
-            local_pos = [i for i, m in enumerate(g) if m not in self._cross_set]
-            for o, sd in list(self._each_option(n, g, a)):
-                opts.append(OptionCost(o.priority, o.spine, o.cap, sd[pos],
-                                       sum(sd[i] for i in local_pos),
-                                       {m: sd[i] for i, m in cross_pos}, o.shift))
+            opts = [self._option_cost(n, g, o, sd) for o, sd in list(self._each_option(n, g, a))]
             use, _ = self.model.usage(n, keep.spine)
             up = sum(b for l, b in use.items() if l in self.links
                      and self.model.cluster.links[l].kind in ("uplink", "downlink"))
             demand = up / BYTES_PER_GBIT / self.iso[n] if self.iso[n] > 0 else 0.0
             total_demand += demand
-            out.append(JobSummary(n, self.options[n].index(keep), opts, demand,
-                                  self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
-                                  self.local_peers[n]))
+            out.append(self._job_summary(n, self.options[n].index(keep), opts, demand))
         res = RackSummary(self.rack, epoch, rnd, out, total_demand, len(self.local))
         self._summaries[key] = res
         return res
