@@ -7,10 +7,14 @@ Decision space (the same as ``optimal``'s): per job a priority class (< num_clas
 ``cap_fracs`` (applied to every link the job uses) and, for a job tied in a class with a link
 neighbour, a start-time shift phase (``common.shiftable``).  Objective: mean slowdown under
 the shared contention model.  Classes, spines and caps are chosen in rounds; a phase stage
-then sets the shifts and tries the slowed jobs ("probes") tied with a neighbour at each phase.
+then sets the shifts and tries the slowed jobs ("probes") tied with a neighbour at each phase;
+a proposal stage last: racks exchange their boundary jobs (rack-local jobs that meet a
+rack-spanning one) as ghosts, search joint class orders in these halo views, and the
+Coordinator accepts the proposals the racks they touch judge best.
 
 Tiers and what crosses between them (plain dataclasses, JSON-serialisable):
   LocalScheduler(r)  --RackSummary-->  GlobalCoordinator  --CoordinatorMessage-->  LocalScheduler(r)
+  (proposal stage: --ProposalReport--> with GhostJob, Proposal and ViewCost rows)
 A rack's view of the model contains only the links it owns (``Cluster.links_of_rack``); a
 rack-spanning job is bounded there by its global isolated pace (its slowest link may lie
 elsewhere).  Every rack-spanning job's decision is made once, by the Coordinator, and every
@@ -57,6 +61,9 @@ USE_BOUND = True     # the lower-bound pruning of LocalScheduler._solve_group (e
 # with every phase ("probe"): it may do better tied with a neighbour at another phase than
 # below it (comm-heavy jobs that never fit in the higher job's gaps)
 PROBE_MIN = 0.05
+# proposal stage: a halo group is searched only if one of its jobs (a ghost included) is slowed
+# by more than this in the halo view (the probe's threshold)
+PROPOSE_MIN = PROBE_MIN
 SCREEN_BOUND = True  # ... also before screening runs (changes which options reach the top)
 
 # ---------------------------------------------------------------------------
@@ -152,6 +159,11 @@ class CoordinatorMessage:
     round: int
     assignments: List[Assignment]
     probe: List[str] = field(default_factory=list)   # phase stage: jobs offered every class
+    # proposal stage: the ghosts this rack's halo view holds, the other racks' proposals it
+    # is asked to cost, the proposals accepted
+    ghosts: List[GhostJob] = field(default_factory=list)
+    proposals: List[Proposal] = field(default_factory=list)
+    accepted: List[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -160,7 +172,87 @@ class CoordinatorMessage:
     def from_json(cls, s: str) -> "CoordinatorMessage":
         d = json.loads(s)
         d["assignments"] = [Assignment(**a) for a in d["assignments"]]
+        d["ghosts"] = [GhostJob(**g) for g in d.get("ghosts", [])]
+        d["proposals"] = [_proposal(p) for p in d.get("proposals", [])]
         return cls(**d)
+
+
+@dataclass
+class GhostJob:
+    """A rack-local job of one rack as the other racks' halo views hold it (proposal stage):
+    its traffic on the links it may share with rack-spanning jobs there, its held class and
+    shift, its bound (rate cap, global isolated pace).  ``meets``: those rack-spanning jobs
+    (the Coordinator sends the ghost to their racks)."""
+    job: str
+    rack: int
+    priority: int
+    shift_s: float
+    compute_s: float
+    links: List[int]
+    bytes: List[float]
+    bmax: float
+    lam_max: Optional[float]       # None: unbounded
+    meets: List[str]
+    iso_s: float = 0.0             # its isolated iteration time
+
+    def sim(self, priority: Optional[int] = None, shift_s: Optional[float] = None) -> SimJob:
+        return SimJob(self.compute_s, tuple(self.links), tuple(self.bytes), self.bmax,
+                      self.priority if priority is None else priority,
+                      float("inf") if self.lam_max is None else self.lam_max,
+                      self.shift_s if shift_s is None else shift_s)
+
+
+@dataclass
+class Proposal:
+    """A rack's joint decision for one of its halo groups: the new decisions of the group's
+    rack-spanning jobs (all of them, changed or not) and of its rack-local jobs that other
+    racks hold as ghosts (``GhostJob``; job, class, shift in seconds)."""
+    rack: int
+    index: int
+    assignments: List[Assignment]
+    ghosts: List[Tuple[str, int, float]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> str:
+        return f"{self.rack}:{self.index}"
+
+
+@dataclass
+class ViewCost:
+    """A rack's halo-view cost of one joint assignment: the summed slowdown of its rack-local
+    jobs and each rack-spanning job's slowdown (only groups with a rack-spanning job)."""
+    local: float
+    cross: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ProposalReport:
+    """Local Scheduler -> Coordinator in the proposal stage: its boundary (ghosts), or its
+    proposals, and for every proposal it made or was asked about (``costs``, by
+    ``Proposal.pid``) the halo-view cost before and after it, over the halo groups it
+    touches."""
+    rack: int
+    epoch: int
+    round: int
+    boundary: List[GhostJob] = field(default_factory=list)
+    proposals: List[Proposal] = field(default_factory=list)
+    costs: Dict[str, List[ViewCost]] = field(default_factory=dict)   # [before, after]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, s: str) -> "ProposalReport":
+        d = json.loads(s)
+        d["boundary"] = [GhostJob(**g) for g in d["boundary"]]
+        d["proposals"] = [_proposal(p) for p in d["proposals"]]
+        d["costs"] = {k: [ViewCost(**x) for x in v] for k, v in d["costs"].items()}
+        return cls(**d)
+
+
+def _proposal(p: dict) -> Proposal:
+    return Proposal(p["rack"], p["index"], [Assignment(**a) for a in p["assignments"]],
+                    [tuple(g) for g in p["ghosts"]])
 
 
 # ---------------------------------------------------------------------------
@@ -228,6 +320,17 @@ class LocalScheduler:
         self.pruned = 0            # evaluations skipped by the lower bound (``_lb``)
         self._lidx = {l: i for i, l in enumerate(sorted(rack_links))}
         self.large = [g for g in self.groups if self._is_large(g)]
+        # proposal stage: the halo view (ghosts of the other racks' boundary jobs)
+        self.pot = pot
+        self.ghosts: Dict[str, GhostJob] = {}
+        self._halo_set = False
+        self.halo_links: set = set()
+        self.halo_groups: List[Tuple[List[str], List[str]]] = []
+        self._hbase: Dict[tuple, SimJob] = {}
+        self._hmemo: Dict[tuple, Dict[tuple, List[float]]] = {}
+        self._proposed: Dict[int, Dict[str, Opt]] = {}
+        self._propcache: Dict[tuple, Optional[Tuple[Opt, ...]]] = {}
+        self.halo_evals = 0
 
     def _is_large(self, group: Sequence[str]) -> bool:
         """A group of more than ``large_group`` jobs is scored with the closed-form load
@@ -697,6 +800,221 @@ class LocalScheduler:
                           self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
                           self.local_peers[n])
 
+    # -- the proposal stage: halo views and joint proposals --------------------
+    def boundary(self) -> List[GhostJob]:
+        """This rack's boundary jobs as ghosts for the other racks' halo views: each rack-local
+        job that may share a link with a rack-spanning job here, restricted to those links,
+        at its held decision, bounded by its cap and its isolated pace (its other links)."""
+        if not self.cross:
+            return []
+        reach = {m: self.pot[m] & self.links for m in self.cross}
+        shared = set().union(*reach.values())
+        out = []
+        for n in self.local:
+            if self._is_large(self.groups[self.group_of[n]]):
+                continue
+            o = self.assign[n]
+            sj = self._sim(n, o)
+            keep = [(l, b) for l, b in zip(sj.links, sj.B) if l in shared]
+            if not keep or sj.bmax <= 0:
+                continue
+            ls = {l for l, _ in keep}
+            lam = sj.lam_max
+            t = self.model.iso_comm(n)
+            if t > 0:
+                lam = min(lam, sj.bmax / t)
+            out.append(GhostJob(n, self.rack, o.priority, sj.shift_s, sj.compute_s,
+                                [l for l, _ in keep], [b for _, b in keep], sj.bmax,
+                                None if lam == float("inf") else lam,
+                                [m for m in self.cross if not reach[m].isdisjoint(ls)],
+                                self.iso[n]))
+        return out
+
+    def set_halo(self, ghosts: Sequence[GhostJob]) -> None:
+        """The halo view: this rack's links, plus the links where its rack-spanning jobs meet
+        the other racks' boundary jobs (``ghosts``, held at their racks' decisions).  Halo
+        groups: this rack's jobs and the ghosts that may share a link there, transitively;
+        only groups with a rack-spanning job (and not scored with the proxy) take part."""
+        mine = {g.job: g for g in ghosts if g.rack != self.rack
+                and any(not self.pot[m].isdisjoint(g.links) for m in self.cross)}
+        if self._halo_set and mine == self.ghosts:
+            return         # the same halo view as in the last proposal round: keep its caches
+        self._halo_set = True
+        self.ghosts = mine
+        self.halo_links = set().union(*(set(g.links) for g in self.ghosts.values())) \
+            if self.ghosts else set()
+        view = self.links | self.halo_links
+        links_of = {n: self.pot[n] & view for n in self.jobs}
+        links_of.update({g: set(gh.links) for g, gh in self.ghosts.items()})
+        self.halo_groups = []
+        for g in interaction_groups(self.jobs + sorted(self.ghosts), links_of):
+            mine = [n for n in g if n not in self.ghosts]
+            if any(n in self._cross_set for n in mine) and not any(
+                    self._is_large(self.groups[self.group_of[n]]) for n in mine):
+                self.halo_groups.append((mine, [n for n in g if n in self.ghosts]))
+        self._hbase = {}
+        self._hmemo = {}
+        self._proposed = {}
+
+    def _hsim(self, n: str, o: Opt) -> SimJob:
+        """n under o in the halo view: a rack-spanning job also has its traffic on the halo
+        links (its other racks' links where ghosts are), still bounded by its global pace."""
+        if n not in self._cross_set or not self.halo_links:
+            return self._sim(n, o)
+        key = (n, o.spine, o.cap)
+        b = self._hbase.get(key)
+        if b is None:
+            d = make_decision(self.model, n, Opt(0, o.spine, o.cap))
+            b = self._hbase[key] = self.model.sim_job(n, d, links=self.links | self.halo_links,
+                                                      floor=True)
+        return _with_priority(b, o.priority, o.shift * self.iso[n] / self.G if o.shift else 0.0)
+
+    def _halo_slowdowns(self, mine: Sequence[str], ghosts: Sequence[str], a: Dict[str, Opt],
+                        over: Optional[Dict[str, Tuple[int, float]]] = None) -> List[float]:
+        """Slowdowns of ``mine`` and then of the ghosts in the halo view; ``over``: ghosts'
+        (class, shift) replaced, as in another rack's proposal."""
+        ov = tuple(sorted((g, v) for g, v in (over or {}).items() if g in ghosts))
+        key = (tuple(a[n] for n in mine), ov)
+        memo = self._hmemo.setdefault((tuple(mine), tuple(ghosts)), {})
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        self.halo_evals += 1
+        ovd = dict(ov)
+        sims = [self._hsim(n, a[n]) for n in mine] + [
+            self.ghosts[g].sim(*ovd[g]) if g in ovd else self.ghosts[g].sim() for g in ghosts]
+        ts = self.model.ev.times(sims)
+        isos = [self.iso[n] for n in mine] + [self.ghosts[g].iso_s for g in ghosts]
+        res = [min(t / i if i > 0 else 1.0, STARVED_SLOWDOWN) for i, t in zip(isos, ts)]
+        memo[key] = res
+        return res
+
+    def _view_cost(self, a: Dict[str, Opt], touched: set, over=None) -> ViewCost:
+        """The halo-view cost of ``a`` over the halo groups holding a ``touched`` job (of
+        this rack, or a ghost)."""
+        vc = ViewCost(0.0, {})
+        for mine, gh in self.halo_groups:
+            if touched.isdisjoint(mine) and touched.isdisjoint(gh):
+                continue
+            for n, v in zip(mine, self._halo_slowdowns(mine, gh, a, over)):
+                if n in self._cross_set:
+                    vc.cross[n] = v
+                else:
+                    vc.local += v
+        return vc
+
+    def _halo_key(self, mine: Sequence[str], ghosts: Sequence[str], choice: Sequence[Opt]):
+        """Choices of a halo group that are exactly equivalent share a key: the same paths
+        and caps, and the same order (above / equal / below) of every pair of jobs that
+        share a link (ghosts included, at their held classes): strict priority acts per link."""
+        ls = [frozenset(self._hsim(n, o).links) for n, o in zip(mine, choice)]
+        gl = [frozenset(self.ghosts[g].links) for g in ghosts]
+        gp = [self.ghosts[g].priority for g in ghosts]
+        rel = []
+        for i, o in enumerate(choice):
+            for j in range(i + 1, len(choice)):
+                if not ls[i].isdisjoint(ls[j]):
+                    rel.append((i, j, (o.priority > choice[j].priority) - (o.priority < choice[j].priority)))
+            for j, g in enumerate(gl):
+                if not ls[i].isdisjoint(g):
+                    rel.append((i, -1 - j, (o.priority > gp[j]) - (o.priority < gp[j])))
+        return (tuple((o.spine, o.cap, o.shift) for o in choice), tuple(rel))
+
+    def _shift_norm(self, mine: Sequence[str], ghosts: Sequence[str],
+                    choice: Sequence[Opt]) -> Tuple[Opt, ...]:
+        """A held shift stays only while its job may take one (``common.shiftable``: tied in
+        a class with a link neighbour, ghosts included); otherwise phase 0."""
+        ls = [frozenset(self._hsim(n, o).links) for n, o in zip(mine, choice)]
+        ls += [frozenset(self.ghosts[g].links) for g in ghosts]
+        ok = set(shiftable([o.priority for o in choice] + [self.ghosts[g].priority for g in ghosts],
+                           ls))
+        return tuple(o if not o.shift or i in ok else o._replace(shift=0)
+                     for i, o in enumerate(choice))
+
+    def _propose_group(self, mine: List[str], gh: List[str], a: Dict[str, Opt],
+                       limit: int) -> Optional[Tuple[Opt, ...]]:
+        """The best joint class choice of a halo group's jobs in the halo view, or None if
+        none beats the current one.  Searched only where a job of the group (a ghost included)
+        is slowed by more than ``PROPOSE_MIN`` and the group has at most ``limit`` class
+        choices (``K ** jobs``): exhaustive, equivalent choices (``_halo_key``) evaluated
+        once; spines, caps and shifts held (a shift only while its job stays tied,
+        ``_shift_norm``).  The objective counts the ghosts' slowdowns too: this rack's
+        estimate of what a choice costs its neighbours (the reported costs hold this rack's
+        jobs only)."""
+        keep = tuple(a[n] for n in mine)
+        gkey = tuple((g, x.priority, x.shift_s, x.compute_s, tuple(x.links), tuple(x.bytes),
+                      x.lam_max) for g in gh for x in (self.ghosts[g],))
+        ck = (tuple(mine), keep, gkey)
+        if ck in self._propcache:
+            return self._propcache[ck]
+        best = None
+        sd = self._halo_slowdowns(mine, gh, a)
+        if self.K ** len(mine) <= limit and any(v > 1.0 + PROPOSE_MIN for v in sd):
+            base = best_c = sum(sd)
+            seen = set()
+            t = dict(a)
+            for ks in itertools.product(range(self.K), repeat=len(mine)):
+                choice = tuple(o._replace(priority=k) for k, o in zip(ks, keep))
+                if any(o.shift for o in choice):
+                    choice = self._shift_norm(mine, gh, choice)
+                k = self._halo_key(mine, gh, choice)
+                if k in seen:
+                    continue
+                seen.add(k)
+                t.update(zip(mine, choice))
+                c = sum(self._halo_slowdowns(mine, gh, t))
+                if c < best_c - 1e-9 * max(1.0, base):
+                    best, best_c = choice, c
+        self._propcache[ck] = best
+        return best
+
+    def propose(self, epoch: int, rnd: int, limit: int) -> ProposalReport:
+        """For each halo group holding a ghost: the best joint class choice of its jobs in the
+        halo view (``_propose_group``); proposed if it changes a rack-spanning job.  Reports,
+        for each proposal, the halo-view cost of its groups before and after (this rack's
+        rack-local jobs at the proposal's decisions)."""
+        a = self.assign
+        props: List[Proposal] = []
+        costs: Dict[str, ViewCost] = {}
+        for mine, gh in self.halo_groups:
+            if not gh:
+                continue       # the halo view is the rack view: the rounds searched it
+            best = self._propose_group(mine, gh, a, limit)
+            if best is None or all(o == a[n] for n, o in zip(mine, best) if n in self._cross_set):
+                continue
+            sol = dict(zip(mine, best))
+            p = Proposal(self.rack, len(props),
+                         [Assignment(n, o.priority, o.spine, o.cap, o.shift)
+                          for n, o in sol.items() if n in self._cross_set],
+                         [(n, o.priority, self._sim(n, o).shift_s) for n, o in sol.items()
+                          if n not in self._cross_set])
+            self._proposed[p.index] = sol
+            props.append(p)
+            costs[p.pid] = [self._view_cost(a, set(mine)), self._view_cost({**a, **sol}, set(mine))]
+        return ProposalReport(self.rack, epoch, rnd, proposals=props, costs=costs)
+
+    def cost_proposals(self, epoch: int, rnd: int, props: Sequence[Proposal]) -> ProposalReport:
+        """This rack's halo-view cost of other racks' proposals: their rack-spanning jobs at
+        the proposed decisions, their ghosts at the proposed classes, this rack's own
+        rack-local jobs held."""
+        costs = {}
+        for p in props:
+            t = dict(self.assign)
+            t.update({x.job: x.opt for x in p.assignments if x.job in t})
+            over = {g: (k, sh) for g, k, sh in p.ghosts if g in self.ghosts}
+            touched = {x.job for x in p.assignments} | set(over)
+            costs[p.pid] = [self._view_cost(self.assign, touched), self._view_cost(t, touched, over)]
+        return ProposalReport(self.rack, epoch, rnd, costs=costs)
+
+    def adopt(self, fixed: Dict[str, Opt], accepted: Sequence[str]) -> None:
+        """The Coordinator's answer: the rack-spanning jobs' decisions, and this rack's
+        rack-local jobs at its accepted proposal's decisions."""
+        for pid in accepted:
+            r, i = pid.split(":")
+            if int(r) == self.rack:
+                self.assign.update(self._proposed[int(i)])
+        self.assign.update({n: fixed[n] for n in self.cross if n in fixed})
+
     # -- messages ----------------------------------------------------------
     def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None) -> RackSummary:
         """Cost of every alternative of each rack-spanning job, others held at the rack's
@@ -736,6 +1054,7 @@ class GlobalCoordinator:
         self.compound = compound
         self.spines = spines
         self.tol = tol
+        self.job_racks: Dict[str, List[int]] = {}   # rack-spanning job -> its racks (round 1)
 
     @staticmethod
     def _product(views: Sequence[Tuple[float, int]], compute_s: float, iso_s: float) -> float:
@@ -833,6 +1152,72 @@ class GlobalCoordinator:
                 out.append(j)
         return out
 
+    # -- proposal stage ------------------------------------------------------
+    def route_ghosts(self, reports: Sequence[ProposalReport]) -> Dict[int, List[GhostJob]]:
+        """Each boundary job goes to the racks of the rack-spanning jobs it meets (as the
+        rounds' summaries named them), its own rack excepted."""
+        out: Dict[int, List[GhostJob]] = {}
+        for rep in reports:
+            for g in rep.boundary:
+                for r in sorted({r for m in g.meets for r in self.job_racks.get(m, ())}):
+                    if r != g.rack:
+                        out.setdefault(r, []).append(g)
+        return out
+
+    def route_proposals(self, reports: Sequence[ProposalReport]) -> Dict[int, List[Proposal]]:
+        """Each proposal goes to the other racks of its rack-spanning jobs."""
+        out: Dict[int, List[Proposal]] = {}
+        for rep in reports:
+            for p in rep.proposals:
+                for r in sorted({r for x in p.assignments for r in self.job_racks.get(x.job, ())}):
+                    if r != p.rack:
+                        out.setdefault(r, []).append(p)
+        return out
+
+    @staticmethod
+    def _view_total(views: Sequence[ViewCost]) -> float:
+        """Summed slowdown over the racks' halo views: rack-local jobs once (their rack), a
+        rack-spanning job once, at its worst rack (each halo view already holds the job's
+        blocking in its other racks, as ghosts: compounding would count it twice)."""
+        tot = sum(v.local for v in views)
+        worst: Dict[str, float] = {}
+        for v in views:
+            for j, x in v.cross.items():
+                if x > worst.get(j, 0.0):
+                    worst[j] = x
+        return tot + sum(worst.values())
+
+    def arbitrate(self, reports: Sequence[ProposalReport], current: Dict[str, Assignment]
+                  ) -> Tuple[Dict[str, Assignment], List[str]]:
+        """Accept proposals in decreasing gain (``_view_total`` before minus after, over the
+        halo groups they touch in every rack they touch), at most one per rack, so that every
+        accepted gain is exact in the racks' views.  Returns the new assignment and the
+        accepted proposals."""
+        props: Dict[str, Proposal] = {}
+        views: Dict[str, Dict[int, List[ViewCost]]] = {}
+        for rep in reports:
+            for p in rep.proposals:
+                props[p.pid] = p
+            for pid, vc in rep.costs.items():
+                views.setdefault(pid, {})[rep.rack] = vc
+        gains = []
+        for pid, p in props.items():
+            vs = views.get(pid, {})
+            b = self._view_total([v[0] for v in vs.values()])
+            gain = b - self._view_total([v[1] for v in vs.values()])
+            if gain > self.tol * max(1.0, abs(b)):
+                gains.append((gain, pid, sorted(vs)))
+        locked, accepted = set(), []
+        new = dict(current)
+        for gain, pid, racks in sorted(gains, key=lambda g: (-g[0], g[1])):
+            if any(r in locked for r in racks):
+                continue
+            locked.update(racks)
+            accepted.append(pid)
+            for x in props[pid].assignments:
+                new[x.job] = x
+        return new, accepted
+
     def coordinate(self, summaries: Sequence[RackSummary], epoch: int, rnd: int,
                    current: Optional[Dict[str, Assignment]] = None) -> CoordinatorMessage:
         per_job: Dict[str, List[Tuple[int, JobSummary]]] = {}
@@ -843,6 +1228,8 @@ class GlobalCoordinator:
                 per_job.setdefault(js.job, []).append((s.rack, js))
                 info[js.job] = (js.compute_s, js.iso_s)
                 peers[(js.job, s.rack)] = js.local_peers
+        if current is None:
+            self.job_racks = {j: [r for r, _ in lst] for j, lst in per_job.items()}
         out: List[Assignment] = []
         if current is None:
             # round 1: least summed cost; near-ties go to the least loaded spine (this is how
@@ -912,7 +1299,9 @@ class HarmonicsPolicy(Policy):
                  exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
                  reuse: bool = True, span_weight: bool = False, compound: str = "product",
                  cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
-                 screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES):
+                 screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES,
+                 propose: bool = True):
+        self.propose = propose            # the proposal stage (halo views, joint proposals)
         self.large_group = large_group   # groups larger than this: closed-form proxy
         self.shift_phases = shift_phases  # 1: no phase stage (no start-time shifts)
         self.screen = screen
@@ -1036,6 +1425,7 @@ class HarmonicsPolicy(Policy):
             phase(lambda L: L.solve({n: fixed[n] for n in L.cross}), list(locs))
             if not changed or not cross_racks:
                 break
+        last_rnd = rounds               # message round numbers go on from here
         # phase stage: start-time shifts of the jobs tied in a class with a link neighbour,
         # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
         # the rack-spanning ones from the racks' costs of each phase (same descent as above)
@@ -1045,7 +1435,7 @@ class HarmonicsPolicy(Policy):
             # the Coordinator names the rack-spanning jobs the phase stage probes (their
             # slowdown compounded over the last round's views)
             t0 = time.perf_counter()
-            probe = self._post(CoordinatorMessage(epoch, rounds, list(current.values()),
+            probe = self._post(CoordinatorMessage(epoch, last_rnd, list(current.values()),
                                                   coord.slowed(sums, current, PROBE_MIN))).probe
             crit += time.perf_counter() - t0
         while self.shift_phases > 1:
@@ -1054,7 +1444,7 @@ class HarmonicsPolicy(Policy):
             if not cross_racks or phase_rounds >= self.max_rounds:
                 break
             phase_rounds += 1
-            rnd = rounds + phase_rounds
+            rnd = last_rnd + phase_rounds
             sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross},
                                                      probe), cross_racks)
             sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
@@ -1068,6 +1458,52 @@ class HarmonicsPolicy(Policy):
             current = new
             if not changed:
                 break
+        # proposal stage: racks exchange their boundary jobs (ghosts), each searches its halo
+        # groups jointly, the other racks cost the proposals, the Coordinator accepts the best
+        # (after the phase stage, whose rack views would otherwise undo its joint moves)
+        t_prop = time.perf_counter()
+        prop_rounds, accepted = 0, 0
+        for _ in range(self.max_rounds if self.propose and cross_racks and current else 0):
+            prop_rounds += 1
+            rnd = last_rnd + phase_rounds + prop_rounds
+            fixed = {j: a.opt for j, a in current.items()}
+            for L in locs.values():
+                L.assign.update({n: fixed[n] for n in L.cross})
+            reps = phase(lambda L: ProposalReport(L.rack, epoch, rnd, boundary=L.boundary()),
+                         list(locs))
+            reps = [self._post(x) for _, x in sorted(reps.items()) if x.boundary]
+            t0 = time.perf_counter()
+            routed = coord.route_ghosts(reps)
+            crit += time.perf_counter() - t0
+            # only racks that hold ghosts propose (elsewhere the halo view is the rack view)
+            msgs = {r: self._post(CoordinatorMessage(epoch, rnd, [], ghosts=gs))
+                    for r, gs in sorted(routed.items()) if r in locs}
+            reps = phase(lambda L: (L.set_halo(msgs[L.rack].ghosts),
+                                    L.propose(epoch, rnd, self.exhaustive_limit))[1],
+                         sorted(msgs))
+            reps = [self._post(x) for _, x in sorted(reps.items()) if x.proposals]
+            if not reps:
+                break
+            t0 = time.perf_counter()
+            routed = coord.route_proposals(reps)
+            crit += time.perf_counter() - t0
+            asks = {r: self._post(CoordinatorMessage(epoch, rnd, [], proposals=ps))
+                    for r, ps in routed.items()}
+            costs = phase(lambda L: (L.rack in msgs or L.set_halo([]),
+                                     L.cost_proposals(epoch, rnd, asks[L.rack].proposals))[1],
+                          sorted(asks))
+            costs = [self._post(x) for _, x in sorted(costs.items())]
+            t0 = time.perf_counter()
+            new, acc = coord.arbitrate(reps + costs, current)
+            msg = self._post(CoordinatorMessage(epoch, rnd, list(new.values()), accepted=acc))
+            crit += time.perf_counter() - t0
+            current = {a.job: a for a in msg.assignments}
+            fixed = {j: a.opt for j, a in current.items()}
+            phase(lambda L: L.adopt(fixed, msg.accepted), list(locs))
+            accepted += len(msg.accepted)
+            if not msg.accepted:
+                break
+        t_prop = time.perf_counter() - t_prop
         final: Dict[str, Opt] = {}
         for r, L in locs.items():
             for n in L.local:
@@ -1079,7 +1515,10 @@ class HarmonicsPolicy(Policy):
         self.rack_views = {r: dict(L.assign) for r, L in locs.items()}
         elapsed = time.perf_counter() - t_start
         self.stats = {"seconds": elapsed, "critical_path_s": crit, "rounds": rounds,
-                      "phase_rounds": phase_rounds,
+                      "phase_rounds": phase_rounds, "proposal_rounds": prop_rounds,
+                      "proposal_s": t_prop,
+                      "proposals_accepted": accepted,
+                      "halo_evals": sum(L.halo_evals for L in locs.values()),
                       "shifted": sum(1 for o in final.values() if o.shift),
                       "racks": len(locs), "cross_jobs": len(current or {}),
                       "local_evals": sum(L.evals for L in locs.values()),
