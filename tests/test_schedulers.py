@@ -330,6 +330,41 @@ def test_proposal_stage_reorders_a_cross_rack_cycle():
     assert any(m.get("accepted") for m in msgs)
 
 
+def test_coordinator_arbitrates_proposals_on_the_racks_views():
+    """Gain = total before - total after over the racks that costed a proposal: rack-local
+    jobs summed, a rack-spanning job once at its worst rack; at most one proposal per rack;
+    a proposal that does not pay is not accepted."""
+    from controllers.schedulers.harmonics import (Assignment, GlobalCoordinator, Proposal,
+                                                  ViewCost)
+    A = lambda j, k: Assignment(j, k, None, 1.0)   # noqa: E731
+    cur = {"A": A("A", 0), "C": A("C", 1)}
+    p0 = Proposal(0, 0, [A("A", 1), A("C", 0)], [("B", 2, 0.0)])
+    p1 = Proposal(1, 0, [A("A", 2), A("C", 1)], [("D", 0, 0.0)])
+    p2 = Proposal(2, 0, [A("E", 1)], [])
+    V = ViewCost
+    reports = [
+        # rack 0 made p0: B 1.5 -> 1.2, A 1.1 -> 1.3, C 1.2 -> 1.1; and costed p1
+        ProposalReport(0, 0, 9, proposals=[p0], costs={
+            "0:0": [V(1.5, {"A": 1.1, "C": 1.2}), V(1.2, {"A": 1.3, "C": 1.1})],
+            "1:0": [V(1.5, {"A": 1.1, "C": 1.2}), V(1.45, {"A": 1.1, "C": 1.2})]}),
+        # rack 1 made p1 and costed p0: D 1.1 -> 1.0, A at its worst rack 1.4 -> 1.2
+        ProposalReport(1, 0, 9, proposals=[p1], costs={
+            "1:0": [V(1.1, {"A": 1.4, "C": 1.2}), V(1.1, {"A": 1.35, "C": 1.2})],
+            "0:0": [V(1.1, {"A": 1.4, "C": 1.2}), V(1.0, {"A": 1.2, "C": 1.2})]}),
+        # rack 2's proposal does not pay
+        ProposalReport(2, 0, 9, proposals=[p2], costs={"2:0": [V(2.0, {"E": 1.0}),
+                                                              V(2.1, {"E": 1.0})]}),
+    ]
+    new, acc = GlobalCoordinator(1).arbitrate(reports, dict(cur, E=A("E", 0)))
+    # p0: before 1.5 + 1.1 + max(1.1, 1.4) + 1.2 = 5.2, after 1.2 + 1.0 + 1.3 + 1.2 = 4.7;
+    # p1 gains 0.1 but shares racks 0 and 1 with p0; p2 loses
+    assert acc == ["0:0"]
+    assert (new["A"].priority, new["C"].priority, new["E"].priority) == (1, 0, 0)
+    # each halo view holds a job's blocking in its other racks: worst rack, not compounded
+    assert GlobalCoordinator._view_total([V(1.0, {"A": 1.1}), V(2.0, {"A": 1.4})]) == \
+        pytest.approx(4.4)
+
+
 def test_halo_view_equals_the_model_where_it_holds_every_link():
     """In mix-shared-hosts every link of rack 1 that A and C use is shared with D (and the
     reverse with B), so a rack's halo view holds the whole contention: the costs it reports
