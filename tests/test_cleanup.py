@@ -48,9 +48,12 @@ def test_malformed_scenario_exit_2_one_line_nothing_left(emulation_ready, tmp_pa
 
 def _start_held_run(tmp_path):
     before = _launcher_pids()
+    # SIGINT at its default: a test run started in the background by a shell without job
+    # control inherits SIGINT ignored, and Python then raises no KeyboardInterrupt
     p = subprocess.Popen([sys.executable, "-m", "emulation", "check", str(REPO / "scenarios" / "leaf-spine-2x2x2.yaml"),
                           "--hold", "120", "--out", str(tmp_path / "run")],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline:
         line = p.stdout.readline()
