@@ -3,6 +3,7 @@
   python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
                              [--isolated measured|analytical] [--decision-timeout S] [--decision-budget S]
                              [--max-time S] [--bin S] [--bench-csv FILE] [--no-plots]
+  python -m analysis compare SCENARIO --runs N [the options above]   (N comparisons, 95% CIs)
   python -m analysis report DIR [--bin S] [--bench-csv FILE] [--no-plots]
 
 Errors found before anything runs (bad scenario, unknown policy, bad options, a results
@@ -33,6 +34,16 @@ def _positive(v: str) -> float:
     return x
 
 
+def _count(v: str) -> int:
+    try:
+        x = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {v!r}") from None
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {v})")
+    return x
+
+
 REFERENCE_BENCH = Path(__file__).resolve().parent.parent / "results" / "reference" / "decision_time.csv"
 
 
@@ -54,6 +65,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "its last decisions)")
     c.add_argument("--max-time", type=_positive, default=None, metavar="S",
                    help="simulator: stop at this trace time")
+    c.add_argument("--runs", type=_count, default=1, metavar="N",
+                   help="run the whole comparison N times (DIR/run1 .. runN) and report each "
+                        "figure as a mean with its 95%% confidence interval (DIR/repeats.md)")
     r = sub.add_parser("report", help="(re)generate the report from the files of a results directory")
     r.add_argument("dir")
     for p in (c, r):
@@ -76,7 +90,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "decision_budget": a.decision_budget,
                     "max_time": a.max_time, "bin_s": a.bin, "bench_csv": a.bench_csv,
                     "plots": not a.no_plots}
+            if a.runs > 1:
+                from .repeats import run_repeats
+                return run_repeats(a.scenario, a.policies, a.out, opts, a.runs, argv=argv[1:])
             return run_compare(a.scenario, a.policies, a.out, opts, argv=argv[1:])
+        from .repeats import aggregate, is_repeats_dir
+        if is_repeats_dir(a.dir):
+            from .repeats import summary_text as repeats_text
+            print(repeats_text(aggregate(a.dir, plots=not a.no_plots)))
+            return 0
         from .report import generate_report, summary_text
         rep = generate_report(a.dir, bin_s=a.bin, bench_csv=a.bench_csv, plots=not a.no_plots)
         print(summary_text(rep))

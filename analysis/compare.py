@@ -122,24 +122,34 @@ def _write_state(out: Path, state: dict) -> None:
     os.replace(tmp, out / "compare.json")
 
 
+def check_compare(scenario_path, policies: Optional[str], out: Optional[str], opts: dict,
+                  runners: dict, default=None):
+    """Everything ``compare`` checks before it writes anything: (scenario, policies, DIR).
+    Raises ScenarioError or CompareError (one line).  ``default``: DIR when --out is not
+    given (default_out)."""
+    sc = load_scenario(scenario_path)
+    pols = parse_policies(policies, sc)
+    if runners[sc.backend] is RUNNERS[sc.backend]:
+        preflight(sc)
+    if opts.get("bench_csv") and not Path(opts["bench_csv"]).is_file():
+        raise CompareError(f"--bench-csv: {opts['bench_csv']}: no such file")
+    d = Path(out) if out else (default or default_out)(sc)
+    if d.exists() and (not d.is_dir() or any(d.iterdir())):
+        raise CompareError(f"--out: {d} exists and is not empty")
+    return sc, pols, d
+
+
 def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str] = None,
                 opts: Optional[dict] = None, runners: Optional[dict] = None,
-                argv: Optional[List[str]] = None) -> int:
+                argv: Optional[List[str]] = None, summary: bool = True) -> int:
     """The compare command (see the module docstring).  ``runners`` replaces the back ends'
-    run functions (backend -> f(scenario, policy, out_dir, opts) -> status), for tests."""
+    run functions (backend -> f(scenario, policy, out_dir, opts) -> status), for tests.
+    ``summary`` False: the report is written but its table not printed."""
     from .report import BENCH_COPY, ReportError, generate_report, summary_text
     opts = opts or {}
     runners = {**RUNNERS, **(runners or {})}
     try:
-        sc = load_scenario(scenario_path)
-        pols = parse_policies(policies, sc)
-        if runners[sc.backend] is RUNNERS[sc.backend]:
-            preflight(sc)
-        if opts.get("bench_csv") and not Path(opts["bench_csv"]).is_file():
-            raise CompareError(f"--bench-csv: {opts['bench_csv']}: no such file")
-        d = Path(out) if out else default_out(sc)
-        if d.exists() and (not d.is_dir() or any(d.iterdir())):
-            raise CompareError(f"--out: {d} exists and is not empty")
+        sc, pols, d = check_compare(scenario_path, policies, out, opts, runners)
     except (ScenarioError, CompareError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -188,7 +198,8 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
     except ReportError as e:
         print(f"error: report: {e}", file=sys.stderr)
         return 1
-    print(summary_text(rep))
+    if summary:
+        print(summary_text(rep))
     if interrupted:
         return 130
     return 0 if all(r["status"] == "ok" for r in state["runs"].values()) else 1

@@ -1,0 +1,291 @@
+"""Repeated comparisons: one scenario run N times under every policy, each figure given as a
+mean over the runs with its 95% confidence interval.
+
+    python -m analysis compare SCENARIO --runs N [the other compare options]
+    python -m analysis report DIR       # DIR of a repeated comparison: aggregates it again
+
+An emulated run is one sample of a noisy system (real TCP, a shared CPU, the kernel's
+scheduler), so a difference of a few percent between two policies in one run can be noise.
+Each of DIR/run1/ .. DIR/runN/ is a complete comparison, as ``compare`` writes it
+(compare.json, comparison.csv, comparison.md, plots).  The runs go one after another, and each
+runs every policy in turn, so the machine's slow periods fall on all the policies alike.
+DIR/repeats.json records what ran.  The aggregation writes:
+
+  DIR/repeats.csv         one row per (policy, metric): runs, mean, std, ci95_low, ci95_high,
+                          and for a "/ fair" metric how many runs were below 1
+  DIR/repeats.md          the table with its intervals, and the plot
+  DIR/plots/repeats.png   each policy's ratios to fair with their 95% intervals
+
+Statistics.  A run counts for a policy when the policy's status in it is ok.  The mean is taken
+over those runs, and std uses ddof=1.  The 95% interval is mean +- t(0.975, n-1) * std / sqrt(n),
+with Student's t from scipy.  The "/ fair" figures are paired: each run's ratio is the policy's
+value divided by fair sharing's in the same run, and those ratios are then averaged.  A ratio's
+interval that excludes 1 is marked "*": a difference at the 95% level.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from .report import (NORMALISED, ReportError, _md_table, _num, _read_csv, _write_csv, fmt_r,
+                     fmt_s, policy_order)
+
+REPEATS_JSON = "repeats.json"
+# what the table shows: the raw mean iteration time, then the paired ratios to fair
+RATIOS = [("mean_iter_vs_fair", "iter / fair"), ("p99_iter_vs_fair", "p99 / fair"),
+          ("jct_vs_fair", "JCT / fair"), ("comm_vs_fair", "comm / fair"),
+          ("slowdown_vs_fair", "slowdown / fair")]
+METRICS = list(NORMALISED) + [c for c, _ in RATIOS] + ["decision_ms_mean"]
+REPEAT_COLS = ["policy", "metric", "runs", "mean", "std", "ci95_low", "ci95_high", "runs_below_1"]
+_RUN_DIR = re.compile(r"^run(\d+)$")
+
+
+def ci95(values) -> tuple:
+    """(n, mean, std, low, high) of the finite values: Student's t interval (nan if n < 2)."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    n = len(v)
+    if n == 0:
+        return 0, math.nan, math.nan, math.nan, math.nan
+    m = float(v.mean())
+    if n < 2:
+        return 1, m, math.nan, math.nan, math.nan
+    from scipy.stats import t
+    sd = float(v.std(ddof=1))
+    h = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return n, m, sd, m - h, m + h
+
+
+def run_dirs(d: Path) -> List[Path]:
+    """DIR's run<k>/ sub-directories, in run order."""
+    found = [(int(m.group(1)), p) for p in d.iterdir()
+             if p.is_dir() and (m := _RUN_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def is_repeats_dir(d) -> bool:
+    return (Path(d) / REPEATS_JSON).is_file()
+
+
+def aggregate(d, plots: bool = True) -> dict:
+    """Read DIR/run*/comparison.csv; write repeats.csv, repeats.md (and plots/repeats.png).
+    Returns {"dir", "scenario", "runs" (runs read), "policies", "rows", "markdown"}."""
+    d = Path(d)
+    try:
+        info = json.loads((d / REPEATS_JSON).read_text())
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{d}: not a repeated comparison ({REPEATS_JSON}: {e})") from None
+    samples: Dict[str, Dict[str, List[float]]] = {}
+    read = 0
+    for rd in run_dirs(d):
+        f = rd / "comparison.csv"
+        if not f.is_file():
+            continue                      # a run cut short before its report: nothing to count
+        read += 1
+        for r in _read_csv(f):
+            if r.get("status") != "ok":
+                continue
+            s = samples.setdefault(r["policy"], {m: [] for m in METRICS})
+            for m in METRICS:
+                s[m].append(_num(r.get(m)))
+    if not samples:
+        raise ReportError(f"{d}: no run with results (run*/comparison.csv)")
+    pols = policy_order(samples)
+    rows = []
+    for p in pols:
+        for m in METRICS:
+            vals = samples[p][m]
+            n, mean, sd, lo, hi = ci95(vals)
+            below = (sum(1 for x in vals if math.isfinite(x) and x < 1.0)
+                     if m.endswith("_vs_fair") else None)
+            rows.append({"policy": p, "metric": m, "runs": n, "mean": mean, "std": sd,
+                         "ci95_low": lo, "ci95_high": hi, "runs_below_1": below})
+    _write_csv(d / "repeats.csv", REPEAT_COLS, rows)
+    res = {"dir": d, "scenario": info.get("scenario", d.name), "runs": read,
+           "planned": info.get("runs"), "policies": pols, "rows": rows}
+    plot = None
+    if plots:
+        plot = plot_repeats(res, d / "plots" / "repeats.png")
+    res["markdown"] = render_markdown(res, info, plot)
+    (d / "repeats.md").write_text(res["markdown"])
+    return res
+
+
+def _row(res: dict, policy: str, metric: str) -> dict:
+    for r in res["rows"]:
+        if r["policy"] == policy and r["metric"] == metric:
+            return r
+    raise KeyError((policy, metric))
+
+
+def _cell(r: dict, fmt=fmt_r, ratio: bool = False) -> str:
+    if not r["runs"]:
+        return "–"
+    if ratio and r["policy"] == "fair":
+        return "1"
+    if not math.isfinite(r["ci95_low"]):
+        return fmt(r["mean"])
+    txt = f"{fmt(r['mean'])} ± {fmt(r['ci95_high'] - r['mean'])}"
+    if ratio and (r["ci95_high"] < 1.0 or r["ci95_low"] > 1.0):
+        txt += " *"
+    return txt
+
+
+def table_md(res: dict) -> List[str]:
+    hdr = ["policy", "runs", "mean iter s"] + [h for _, h in RATIOS]
+    body = []
+    for p in res["policies"]:
+        r0 = _row(res, p, "mean_iter_s")
+        body.append([p, str(r0["runs"]), _cell(r0, fmt_s)]
+                    + [_cell(_row(res, p, m), ratio=True) for m, _ in RATIOS])
+    return _md_table(hdr, body)
+
+
+def verdicts(res: dict) -> List[str]:
+    """One line per policy against fair: its iteration-time ratio, interval, and run count."""
+    out = []
+    for p in res["policies"]:
+        if p == "fair":
+            continue
+        r = _row(res, p, "mean_iter_vs_fair")
+        if not r["runs"]:
+            out.append(f"{p}: no run paired with fair")
+            continue
+        if not math.isfinite(r["ci95_low"]):
+            out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (one run: no interval)")
+            continue
+        if r["ci95_high"] < 1.0:
+            word = "shorter than fair's at the 95% level"
+        elif r["ci95_low"] > 1.0:
+            word = "longer than fair's at the 95% level"
+        else:
+            word = "not different from fair's at the 95% level"
+        out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (95% CI "
+                   f"{fmt_r(r['ci95_low'])}-{fmt_r(r['ci95_high'])}), {word}; below fair in "
+                   f"{r['runs_below_1']} of {r['runs']} runs")
+    return out
+
+
+def render_markdown(res: dict, info: dict, plot: Optional[str]) -> str:
+    L = [f"# {res['scenario']}: {res['runs']} runs of every policy", ""]
+    if info.get("command"):
+        L += [f"Command: `{info['command']}`", ""]
+    codes = info.get("exit_codes")
+    if codes is not None and res["planned"] and (len(codes) < res["planned"] or codes[-1] == 130):
+        done = sum(1 for c in codes if c in (0, 1))
+        L += [f"The series was cut short: {done} of the {res['planned']} planned runs completed "
+              f"(a run cut short counts for the policies that finished in it).", ""]
+    L += ["Mean over the runs ± the half-width of its 95% confidence interval (Student's t). "
+          "The ratios to fair are paired: each is taken inside one run. "
+          "`*`: the interval excludes 1.", ""]
+    L += table_md(res)
+    L += [""] + [f"- {v}" for v in verdicts(res)]
+    if plot:
+        L += ["", f"![ratios to fair with 95% intervals]({plot})"]
+    links = [f"[{p.name}]({p.name}/comparison.md)" for p in run_dirs(res["dir"])
+             if (p / "comparison.md").is_file()]
+    if links:
+        L += ["", "Each run's own report: " + ", ".join(links)]
+    return "\n".join(L) + "\n"
+
+
+def plot_repeats(res: dict, path: Path) -> Optional[str]:
+    """Each policy's paired ratios to fair (mean and 95% interval), one group per metric."""
+    pols = [p for p in res["policies"] if p != "fair"]
+    if not pols:
+        return None
+    from .plots import _save, plt, policy_color
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(RATIOS), 3.6))
+    w = 0.8 / len(pols)
+    for i, p in enumerate(pols):
+        xs, ys, err = [], [], [[], []]
+        for k, (m, _) in enumerate(RATIOS):
+            r = _row(res, p, m)
+            if not r["runs"]:
+                continue
+            xs.append(k - 0.4 + w * (i + 0.5))
+            ys.append(r["mean"])
+            fin = math.isfinite(r["ci95_low"])
+            err[0].append(r["mean"] - r["ci95_low"] if fin else 0.0)
+            err[1].append(r["ci95_high"] - r["mean"] if fin else 0.0)
+        ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=3, color=policy_color(p, i), label=p)
+    ax.axhline(1.0, color="#7f7f7f", ls="--", lw=1, label="fair")
+    ax.set_xticks(range(len(RATIOS)), [h for _, h in RATIOS])
+    ax.set_ylabel("policy / fair (paired, 95% CI)")
+    ax.set_title(f"{res['scenario']}: {res['runs']} runs")
+    ax.legend(fontsize=8, ncol=min(len(pols) + 1, 3))
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+    return f"plots/{path.name}"
+
+
+def summary_text(res: dict) -> str:
+    L = [f"{res['scenario']}: {res['runs']} runs of {len(res['policies'])} policies "
+         "(mean ± 95% CI half-width; * = the interval excludes 1)", ""]
+    L += table_md(res)
+    L += [""] + verdicts(res) + ["", f"report: {res['dir'] / 'repeats.md'}"]
+    return "\n".join(L)
+
+
+def _write_info(d: Path, info: dict) -> None:
+    tmp = d / ".repeats.json.tmp"
+    tmp.write_text(json.dumps(info, indent=1) + "\n")
+    tmp.replace(d / REPEATS_JSON)
+
+
+def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts: dict,
+                runs: int, argv: Optional[List[str]] = None,
+                runners: Optional[dict] = None) -> int:
+    """compare --runs N: N complete comparisons into DIR/run<k>/, then the aggregation.
+    Exit 2 (nothing written) for bad input, 130 if interrupted (what finished is aggregated),
+    1 if some policy failed in some run, else 0."""
+    import shlex
+    from .compare import RUNNERS, CompareError, check_compare, default_out, progress, run_compare
+    from workloads.scenario import ScenarioError
+    allr = {**RUNNERS, **(runners or {})}
+    try:
+        if runs < 2:
+            raise CompareError(f"--runs: give at least 2 (got {runs}; one run is plain compare)")
+
+        def default(sc):
+            p = default_out(sc)
+            return p.with_name(f"{p.name}-x{runs}")
+        sc, _, d = check_compare(scenario_path, policies, out, opts, allr, default=default)
+    except (ScenarioError, CompareError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    d.mkdir(parents=True, exist_ok=True)
+    cmd = "python -m analysis compare " + " ".join(
+        shlex.quote(a) for a in (argv or [str(scenario_path), "--runs", str(runs)]))
+    info = {"scenario": sc.name, "scenario_path": str(scenario_path), "runs": runs,
+            "command": cmd, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "exit_codes": []}
+    _write_info(d, info)
+    progress(f"{sc.name}: {runs} runs of every policy -> {d}")
+    if sc.backend == "simulation":
+        progress("note: the simulator is deterministic; its runs will agree (zero-width intervals)")
+    worst = 0
+    for k in range(1, runs + 1):
+        progress(f"== run {k}/{runs} ==")
+        rc = run_compare(scenario_path, policies, str(d / f"run{k}"), opts, runners,
+                         argv=argv, summary=False)
+        info["exit_codes"].append(rc)
+        _write_info(d, info)
+        worst = max(worst, rc)
+        if rc not in (0, 1):          # 130: interrupted; 2: could not start
+            break
+    info["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    _write_info(d, info)
+    try:
+        res = aggregate(d, plots=opts.get("plots", True))
+    except ReportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return worst or 1
+    print(summary_text(res))
+    return worst
