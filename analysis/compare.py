@@ -116,10 +116,20 @@ RUNNERS: Dict[str, Callable[[Scenario, str, Path, dict], str]] = {
 }
 
 
+def write_json(path: Path, obj: dict) -> None:
+    """Write ``obj`` to ``path`` atomically (a reader never sees half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def command_line(argv: Optional[List[str]], default: List[str]) -> str:
+    """The compare command as the user typed it (``default``: its arguments if argv is None)."""
+    return "python -m analysis compare " + " ".join(shlex.quote(a) for a in (argv or default))
+
+
 def _write_state(out: Path, state: dict) -> None:
-    tmp = out / ".compare.json.tmp"
-    tmp.write_text(json.dumps(state, indent=1) + "\n")
-    os.replace(tmp, out / "compare.json")
+    write_json(out / "compare.json", state)
 
 
 def check_compare(scenario_path, policies: Optional[str], out: Optional[str], opts: dict,
@@ -155,7 +165,7 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
         return 2
     d.mkdir(parents=True, exist_ok=True)
     (d / "scenario.yaml").write_text(dump_scenario(sc))
-    cmd = "python -m analysis compare " + " ".join(shlex.quote(a) for a in (argv or [str(scenario_path)]))
+    cmd = command_line(argv, [str(scenario_path)])
     state = {"scenario": sc.name, "scenario_path": str(scenario_path), "backend": sc.backend,
              "policies": pols, "command": cmd, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
              "options": opts, "runs": {p: {"status": "pending"} for p in pols}}

@@ -75,7 +75,8 @@ def is_repeats_dir(d) -> bool:
 
 def aggregate(d, plots: bool = True) -> dict:
     """Read DIR/run*/comparison.csv; write repeats.csv, repeats.md (and plots/repeats.png).
-    Returns {"dir", "scenario", "runs" (runs read), "policies", "rows", "markdown"}."""
+    Returns {"dir", "scenario", "runs" (runs read), "policies", "markdown", "stats": (policy,
+    metric) -> its row of repeats.csv}."""
     d = Path(d)
     try:
         info = json.loads((d / REPEATS_JSON).read_text())
@@ -97,18 +98,18 @@ def aggregate(d, plots: bool = True) -> dict:
     if not samples:
         raise ReportError(f"{d}: no run with results (run*/comparison.csv)")
     pols = policy_order(samples)
-    rows = []
+    stats: Dict[tuple, dict] = {}
     for p in pols:
         for m in METRICS:
             vals = samples[p][m]
             n, mean, sd, lo, hi = ci95(vals)
             below = (sum(1 for x in vals if math.isfinite(x) and x < 1.0)
                      if m.endswith("_vs_fair") else None)
-            rows.append({"policy": p, "metric": m, "runs": n, "mean": mean, "std": sd,
-                         "ci95_low": lo, "ci95_high": hi, "runs_below_1": below})
-    _write_csv(d / "repeats.csv", REPEAT_COLS, rows)
+            stats[p, m] = {"policy": p, "metric": m, "runs": n, "mean": mean, "std": sd,
+                           "ci95_low": lo, "ci95_high": hi, "runs_below_1": below}
+    _write_csv(d / "repeats.csv", REPEAT_COLS, list(stats.values()))
     res = {"dir": d, "scenario": info.get("scenario", d.name), "runs": read,
-           "planned": info.get("runs"), "policies": pols, "rows": rows}
+           "planned": info.get("runs"), "policies": pols, "stats": stats}
     plot = None
     if plots:
         plot = plot_repeats(res, d / "plots" / "repeats.png")
@@ -117,11 +118,9 @@ def aggregate(d, plots: bool = True) -> dict:
     return res
 
 
-def _row(res: dict, policy: str, metric: str) -> dict:
-    for r in res["rows"]:
-        if r["policy"] == policy and r["metric"] == metric:
-            return r
-    raise KeyError((policy, metric))
+def _side(r: dict) -> int:
+    """-1 / +1: the 95% interval lies wholly below / above 1; 0: it contains 1 (or is undefined)."""
+    return -1 if r["ci95_high"] < 1.0 else 1 if r["ci95_low"] > 1.0 else 0
 
 
 def _cell(r: dict, fmt=fmt_r, ratio: bool = False) -> str:
@@ -132,7 +131,7 @@ def _cell(r: dict, fmt=fmt_r, ratio: bool = False) -> str:
     if not math.isfinite(r["ci95_low"]):
         return fmt(r["mean"])
     txt = f"{fmt(r['mean'])} ± {fmt(r['ci95_high'] - r['mean'])}"
-    if ratio and (r["ci95_high"] < 1.0 or r["ci95_low"] > 1.0):
+    if ratio and _side(r):
         txt += " *"
     return txt
 
@@ -141,9 +140,9 @@ def table_md(res: dict) -> List[str]:
     hdr = ["policy", "runs", "mean iter s"] + [h for _, h in RATIOS]
     body = []
     for p in res["policies"]:
-        r0 = _row(res, p, "mean_iter_s")
+        r0 = res["stats"][p, "mean_iter_s"]
         body.append([p, str(r0["runs"]), _cell(r0, fmt_s)]
-                    + [_cell(_row(res, p, m), ratio=True) for m, _ in RATIOS])
+                    + [_cell(res["stats"][p, m], ratio=True) for m, _ in RATIOS])
     return _md_table(hdr, body)
 
 
@@ -153,21 +152,16 @@ def verdicts(res: dict) -> List[str]:
     for p in res["policies"]:
         if p == "fair":
             continue
-        r = _row(res, p, "mean_iter_vs_fair")
+        r = res["stats"][p, "mean_iter_vs_fair"]
         if not r["runs"]:
             out.append(f"{p}: no run paired with fair")
             continue
         if not math.isfinite(r["ci95_low"]):
             out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (one run: no interval)")
             continue
-        if r["ci95_high"] < 1.0:
-            word = "shorter than fair's at the 95% level"
-        elif r["ci95_low"] > 1.0:
-            word = "longer than fair's at the 95% level"
-        else:
-            word = "not different from fair's at the 95% level"
+        word = {-1: "shorter than", 1: "longer than", 0: "not different from"}[_side(r)]
         out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (95% CI "
-                   f"{fmt_r(r['ci95_low'])}-{fmt_r(r['ci95_high'])}), {word}; below fair in "
+                   f"{fmt_r(r['ci95_low'])}-{fmt_r(r['ci95_high'])}), {word} fair's at the 95% level; below fair in "
                    f"{r['runs_below_1']} of {r['runs']} runs")
     return out
 
@@ -207,7 +201,7 @@ def plot_repeats(res: dict, path: Path) -> Optional[str]:
     for i, p in enumerate(pols):
         xs, ys, err = [], [], [[], []]
         for k, (m, _) in enumerate(RATIOS):
-            r = _row(res, p, m)
+            r = res["stats"][p, m]
             if not r["runs"]:
                 continue
             xs.append(k - 0.4 + w * (i + 0.5))
@@ -234,20 +228,14 @@ def summary_text(res: dict) -> str:
     return "\n".join(L)
 
 
-def _write_info(d: Path, info: dict) -> None:
-    tmp = d / ".repeats.json.tmp"
-    tmp.write_text(json.dumps(info, indent=1) + "\n")
-    tmp.replace(d / REPEATS_JSON)
-
-
 def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts: dict,
                 runs: int, argv: Optional[List[str]] = None,
                 runners: Optional[dict] = None) -> int:
     """compare --runs N: N complete comparisons into DIR/run<k>/, then the aggregation.
     Exit 2 (nothing written) for bad input, 130 if interrupted (what finished is aggregated),
     1 if some policy failed in some run, else 0."""
-    import shlex
-    from .compare import RUNNERS, CompareError, check_compare, default_out, progress, run_compare
+    from .compare import (RUNNERS, CompareError, check_compare, command_line, default_out, progress,
+                          run_compare, write_json)
     from workloads.scenario import ScenarioError
     allr = {**RUNNERS, **(runners or {})}
     try:
@@ -262,11 +250,10 @@ def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts
         print(f"error: {e}", file=sys.stderr)
         return 2
     d.mkdir(parents=True, exist_ok=True)
-    cmd = "python -m analysis compare " + " ".join(
-        shlex.quote(a) for a in (argv or [str(scenario_path), "--runs", str(runs)]))
+    cmd = command_line(argv, [str(scenario_path), "--runs", str(runs)])
     info = {"scenario": sc.name, "scenario_path": str(scenario_path), "runs": runs,
             "command": cmd, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "exit_codes": []}
-    _write_info(d, info)
+    write_json(d / REPEATS_JSON, info)
     progress(f"{sc.name}: {runs} runs of every policy -> {d}")
     if sc.backend == "simulation":
         progress("note: the simulator is deterministic; its runs will agree (zero-width intervals)")
@@ -276,12 +263,12 @@ def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts
         rc = run_compare(scenario_path, policies, str(d / f"run{k}"), opts, runners,
                          argv=argv, summary=False)
         info["exit_codes"].append(rc)
-        _write_info(d, info)
+        write_json(d / REPEATS_JSON, info)
         worst = max(worst, rc)
         if rc not in (0, 1):          # 130: interrupted; 2: could not start
             break
     info["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    _write_info(d, info)
+    write_json(d / REPEATS_JSON, info)
     try:
         res = aggregate(d, plots=opts.get("plots", True))
     except ReportError as e:
