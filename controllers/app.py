@@ -103,9 +103,12 @@ class HarmonicsController(app_manager.OSKenApp):
         if self.config.get("policy"):
             self._make_driver()
             self._epochs = hub.spawn(self._epoch_loop)
-        self._rest = None
-        if self.config.get("rest_port"):
-            self._start_rest(int(self.config["rest_port"]))
+        # the live view (controllers/rest.py): throughput samples always, the REST API and
+        # page when the run asks for them (rest_port; 0 = any free port)
+        from controllers.rest import LiveView
+        self._rest = LiveView(self)
+        if self.config.get("rest_port") is not None:
+            self._rest.serve(int(self.config["rest_port"]), self.config.get("rest_token"))
         self._status_thread = threading.Thread(target=self._status_loop, daemon=True)
         self._status_thread.start()
         self._poller = hub.spawn(self._poll_loop)
@@ -339,33 +342,6 @@ class HarmonicsController(app_manager.OSKenApp):
             return -1
         return max((r["iteration"] for r in rows if r["status"] == "ok"), default=-1)
 
-    def _start_rest(self, port: int):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        app = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                if self.path.rstrip("/") in ("", "/status"):
-                    body = app.status()
-                elif self.path.rstrip("/") == "/decisions":
-                    body = app.last_record or {}
-                else:
-                    self.send_error(404)
-                    return
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        self._rest = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        threading.Thread(target=self._rest.serve_forever, daemon=True).start()
-
     def _adopt(self, dp, key: FlowKey, st) -> Optional[dict]:
         """A per-flow entry this controller did not install (it was restarted): learn it."""
         role = self.dpid_role.get(dp.id)
@@ -402,7 +378,7 @@ class HarmonicsController(app_manager.OSKenApp):
     def close(self):
         self._stop.set()
         if self._rest is not None:
-            self._rest.shutdown()
+            self._rest.stop()
         try:
             self._write_status()
         except Exception:
