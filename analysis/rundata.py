@@ -218,7 +218,8 @@ class RunData:
         return clean({"units": "trace seconds (mean over the job's ranks)", "jobs": out})
 
     def epochs(self, since: int = 0, limit: int = 5000) -> dict:
-        """The controller's (or simulator's) epochs from ``since`` on, at most ``limit``."""
+        """The controller's (or simulator's) epoch records from position ``since`` (the number
+        already received) on, at most ``limit``."""
         ts = self.scaling()[0]
         recs = []
         if (self.dir / "decisions.jsonl").exists():
@@ -247,7 +248,7 @@ class RunData:
                     e["active_jobs"].append(r["job"])
             recs = [by[k] for k in sorted(by)]
         total = len(recs)
-        recs = [r for r in recs if r["epoch"] >= since][:limit]
+        recs = recs[since:since + limit]      # by position: a restarted controller counts from 0
         return clean({"units": "trace seconds", "total": total, "epochs": recs,
                       "notes": self.notes()})
 
