@@ -5,6 +5,7 @@
                              [--max-time S] [--bin S] [--bench-csv FILE] [--no-plots]
   python -m analysis compare SCENARIO --runs N [the options above]   (N comparisons, 95% CIs)
   python -m analysis report DIR [--bin S] [--bench-csv FILE] [--no-plots]
+  python -m analysis serve RUN_DIR [--port N]    (the live view of a finished run, 127.0.0.1)
 
 Errors found before anything runs (bad scenario, unknown policy, bad options, a results
 directory that cannot be read): one line on stderr, exit code 2, nothing written.
@@ -79,7 +80,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                             "(compare's default: results/reference/decision_time.csv, written by "
                             "`python -m controllers.bench --csv`; it is copied into DIR, where "
                             "report finds it)")
+    from .serve import port_arg
+    v = sub.add_parser("serve", help="serve the live view's page and API for a finished run (127.0.0.1)")
+    v.add_argument("dir", help="one run's directory (emulated or simulated)")
+    v.add_argument("--port", type=port_arg, default=0, help="port on 127.0.0.1 (default: a free one)")
     a = ap.parse_args(argv)
+    if a.cmd == "serve":
+        from .serve import cmd_serve
+        return cmd_serve(a.dir, a.port)
     if a.cmd == "compare" and a.bench_csv is None and REFERENCE_BENCH.is_file():
         a.bench_csv = str(REFERENCE_BENCH)   # copied into DIR: the report stays self-contained
     from .report import ReportError

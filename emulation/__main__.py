@@ -3,7 +3,7 @@
   python -m emulation check SCENARIO [--seconds S] [--hold S] [--out DIR]
       bring the scenario's cluster up under the controller, check reachability (ping
       and TCP between every pair), measure shaping and spine spreading, print a table
-  python -m emulation run SCENARIO --policy P --out DIR
+  python -m emulation run SCENARIO --policy P --out DIR [--live]
       run a scenario's jobs under a policy (see emulation/runner.py)
   python -m emulation cleanup
       remove what emulation runs that died (SIGKILL) left behind - only theirs

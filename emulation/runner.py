@@ -1,6 +1,7 @@
 """The scenario runner: one scenario, one policy, on the emulated cluster.
 
   python -m emulation run SCENARIO --policy P --out DIR [--isolated measured|analytical]
+                         [--live [--live-port N]]   (the live view on 127.0.0.1, docs/api.md)
 
 Builds the cluster, starts the controller with the policy, installs the priority classes
 on the shared links, captures packets with tcpdump, starts one worker process per GPU
@@ -22,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -140,8 +142,9 @@ class FaultInjector:
 def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "measured",
                   policy_kw: Optional[dict] = None, num_classes: int = 4,
                   capture: Optional[List[str]] = None, quiet: bool = False,
-                  events_hook=None) -> Dict[str, dict]:
-    """Run and write the results; returns the summary rows by job."""
+                  events_hook=None, live: Optional[dict] = None) -> Dict[str, dict]:
+    """Run and write the results; returns the summary rows by job.  ``live``: {"port": N or 0,
+    "token": T}: the controller serves the live view (controllers/rest.py) on 127.0.0.1."""
     rs = resolve(sc)
     check_emulable(rs.cluster, sc.emulation)
     if policy not in known_policies():
@@ -166,8 +169,9 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
            "poll_s": emu.epoch_s / 10, "num_classes": num_classes, "bandwidth_scale": emu.bandwidth_scale,
            "control_dir": str((out / "control").resolve()), "done_dir": str((out / "done").resolve()),
            "decisions_log": str((out / "decisions.jsonl").resolve())}
-    from .net import free_tcp_port
-    ctl["rest_port"] = free_tcp_port()
+    if live is not None:
+        from .net import free_tcp_port
+        ctl["rest_port"], ctl["rest_token"] = live.get("port") or free_tcp_port(), live["token"]
     procs: Dict[str, list] = {}
     captures = []
     t_begin = time.time()
@@ -175,6 +179,9 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
         ec = EmulatedCluster(sc, out, controller_config=ctl)
         try:
             ec.start()
+            if live is not None:
+                print(f"live view: http://127.0.0.1:{ctl['rest_port']}/  (token for POST "
+                      f"/api/v1/notes: {live['token']})", flush=True)
             # the run's clock starts once the cluster is up: jobs start relative to it
             start_at = time.time() + 3.0 + 0.05 * sum(len(j.workers) for j in rs.jobs)
             qos.install_classes_map(shared_link_interfaces(ec), num_classes)
@@ -369,6 +376,11 @@ def add_run_parser(sub) -> None:
                    help="where slowdown's isolated iteration time comes from")
     p.add_argument("--static", default=None, help="decisions JSON for --policy static")
     p.add_argument("--classes", type=int, default=4, help="priority classes the network enforces")
+    p.add_argument("--live", action="store_true",
+                   help="serve the live view (page and JSON API) on 127.0.0.1 while the run goes; "
+                        "prints its URL and the run's token")
+    p.add_argument("--live-port", type=int, default=0, metavar="N",
+                   help="with --live: this port instead of a free one (e.g. one forwarded from a VM)")
     p.set_defaults(func=cmd_run)
 
 
@@ -380,6 +392,24 @@ def cmd_run(args) -> int:
         raise ScenarioError("--static: a decisions file is needed with --policy static")
     if out.exists() and any(out.iterdir()):
         raise ScenarioError(f"--out: {out} exists and is not empty")
-    rows = run_emulation(sc, args.policy, out, isolated=args.isolated, policy_kw=kw, num_classes=args.classes)
+    live = None
+    if args.live or args.live_port:
+        live = {"port": _live_port(args.live_port), "token": secrets.token_urlsafe(18)}
+    rows = run_emulation(sc, args.policy, out, isolated=args.isolated, policy_kw=kw, num_classes=args.classes,
+                         live=live)
     print_summary(rows, out)
     return 0 if all(math.isfinite(r["mean_iter_s"]) for r in rows.values()) else 1
+
+
+def _live_port(port: int) -> int:
+    """--live-port: free on 127.0.0.1 now (0: the controller gets a free one)."""
+    import socket
+    if not 0 <= port <= 65535:
+        raise ScenarioError(f"--live-port: must be in 0..65535 (got {port})")
+    if port:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError as e:
+                raise ScenarioError(f"--live-port: 127.0.0.1:{port} is not free ({e.strerror})") from None
+    return port
