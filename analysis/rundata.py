@@ -137,10 +137,13 @@ class RunData:
 
     @property
     def kind(self) -> str:
-        backend = self.scenario().get("backend")
-        if backend in ("emulation", "simulation"):
-            return "emulated" if backend == "emulation" else "simulated"
-        return "simulated" if (self.dir / "decisions.csv").exists() else "emulated"
+        """'simulated' or 'emulated', from the files (the simulator also runs emulation
+        scenarios), else from the scenario's back end."""
+        if any((self.dir / f).exists() for f in ("decisions.csv", "links.csv")):
+            return "simulated"
+        if self.live or any((self.dir / f).exists() for f in ("decisions.jsonl", "logs")):
+            return "emulated"
+        return "simulated" if self.scenario().get("backend") == "simulation" else "emulated"
 
     def scaling(self) -> tuple:
         """(time_scale, bandwidth_scale) of an emulated run; (1, 1) for a simulated one."""

@@ -116,6 +116,7 @@ class ControllerBase:
         body = self.data.status()
         if self.live is not None:
             body["controller"] = self.live.app.status()
+            body["policy"] = body.get("policy") or self.live.app.config.get("policy")
             body["token_required_for"] = ["POST " + API + "/notes"]
         return json_response(body)
 
@@ -213,6 +214,9 @@ class WSGIApplication:
 
 
 class _QuietHandler(WSGIRequestHandler):
+    # a malformed request line is answered with a status line (400), not HTTP/0.9's bare body
+    default_request_version = "HTTP/1.0"
+
     def log_message(self, *args):
         pass
 

@@ -13,6 +13,8 @@ say() { printf '[setup] %s\n' "$*"; }
 declare -A PKG=(
   [mnexec]=mininet [ovs-vsctl]=openvswitch-switch [iperf3]=iperf3 [tcpdump]=tcpdump
   [ping]=iputils-ping [ethtool]=ethtool [ip]=iproute2 [tc]=iproute2 [killall]=psmisc
+  [chromium]=chromium    # headless, for the live view's tests (tests/test_live.py)
+  [nsenter]=util-linux
 )
 missing=()
 for cmd in "${!PKG[@]}"; do command -v "$cmd" >/dev/null 2>&1 || missing+=("${PKG[$cmd]}"); done

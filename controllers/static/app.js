@@ -206,7 +206,10 @@ function drawThroughput(tp) {
   const byLink = {};
   for (const s of tp.series) (byLink[s.link] = byLink[s.link] || []).push(s);
   const total = l => byLink[l].reduce((a, s) => a + s.gbps.reduce((x, y) => x + (y || 0), 0), 0);
-  const links = Object.keys(byLink).sort((a, b) => total(b) - total(a)).slice(0, MAX_LINK_CHARTS).sort();
+  // the links jobs share (ToR-spine) first, then the busiest
+  const shared = l => /(^|>)(sp|spine)/.test(l) ? 1 : 0;
+  const links = Object.keys(byLink).sort((a, b) => shared(b) - shared(a) || total(b) - total(a))
+    .slice(0, MAX_LINK_CHARTS).sort((a, b) => shared(b) - shared(a) || a.localeCompare(b));
   for (const link of links) {
     const ss = byLink[link].sort((a, b) => a.class.localeCompare(b.class));
     const a = align(ss.map(s => ({ t: s.t, v: s.gbps })));
