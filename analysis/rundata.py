@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional

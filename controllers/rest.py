@@ -29,7 +29,6 @@ import hmac
 import json
 import logging
 import mimetypes
-import secrets
 import socketserver
 import threading
 import time
@@ -247,10 +246,6 @@ class RestServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-def make_token() -> str:
-    return secrets.token_urlsafe(18)
 
 
 def serve_run_dir(run_dir, port: int = 0) -> RestServer:

@@ -2,7 +2,6 @@
 headless Chromium; the same page for finished runs (`analysis serve`); loopback only; bad
 requests get 4xx; the server ends with the run."""
 import json
-import os
 import re
 import shutil
 import signal
