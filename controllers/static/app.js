@@ -152,8 +152,9 @@ function describe(d) {
 function drawTimeline() {
   const box = $("timeline");
   box.textContent = "";
-  const eps = state.epochs.slice(-MAX_TIMELINE_EPOCHS);
-  if (!eps.length) { notAvailable(box, "no epoch recorded yet"); return; }
+  const decided = state.epochs.filter(e => Object.keys(e.decisions).length);
+  const eps = decided.slice(-MAX_TIMELINE_EPOCHS);
+  if (!eps.length) { notAvailable(box, "no decision recorded yet"); return; }
   const jobs = [];
   for (const e of eps) for (const j of Object.keys(e.decisions)) if (!jobs.includes(j)) jobs.push(j);
   jobs.sort();
@@ -174,7 +175,7 @@ function drawTimeline() {
     box.appendChild(row);
   }
   if (jobs.length > MAX_TIMELINE_JOBS) box.appendChild(el("div", { class: "hint" }, "… and " + (jobs.length - MAX_TIMELINE_JOBS) + " more jobs"));
-  if (state.epochs.length > eps.length) box.appendChild(el("div", { class: "hint" }, "last " + eps.length + " of " + state.epochs.length + " epochs"));
+  if (decided.length > eps.length) box.appendChild(el("div", { class: "hint" }, "last " + eps.length + " of " + decided.length + " epochs with decisions"));
 }
 
 function drawChanges() {
