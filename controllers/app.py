@@ -104,7 +104,7 @@ class HarmonicsController(app_manager.OSKenApp):
             self._make_driver()
             self._epochs = hub.spawn(self._epoch_loop)
         # the live view (controllers/rest.py): throughput samples always, the REST API and
-        # page when the run asks for them (rest_port; 0 = any free port)
+        # page on 127.0.0.1:rest_port when the run asks for them (--live)
         from controllers.rest import LiveView
         self._rest = LiveView(self)
         if self.config.get("rest_port") is not None:
