@@ -5,6 +5,7 @@
   link_throughput.png  per-job throughput on the bottleneck link from the captures (stacked
                        area, one subplot per policy); simulator: the most loaded link's total
                        from links.csv (the simulator does not split links per job)
+  phase.png            phase control: measured minus decided offset per shifted job over time
   slowdown.png         mean slowdown per policy, normalised to fair sharing
   decision_time.png    decision time per epoch vs cluster size (this run's decision logs,
                        plus a benchmark CSV if given: columns gpus, policy, decision_ms)
@@ -328,6 +329,43 @@ def plot_decision_time(rep: Report, path: Path) -> Optional[str]:
     return "bench" if bench else "run"
 
 
+def _phase_rows(run) -> List[dict]:
+    f = Path(run.path) / "phase.csv"
+    if not f.exists():
+        return []
+    with open(f, newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r.get("ref") and r.get("error")]
+
+
+def plot_phase(rep: Report, path: Path) -> bool:
+    """Phase control: each held job's offset error (fraction of the beat) against time, one
+    subplot per policy that decided shifts; corrections marked."""
+    runs = [(r, _phase_rows(r)) for r in rep.runs]
+    runs = [(r, rows) for r, rows in runs if rows]
+    if not runs:
+        return False
+    jobs = sorted({x["job"] for _, rows in runs for x in rows})
+    colors = _job_colors(jobs)
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.2 + 2.2 * len(runs)), sharex=True,
+                             squeeze=False, layout="constrained")
+    for ax, (run, rows) in zip(axes[:, 0], runs):
+        for j in jobs:
+            pts = [(float(x["time_s"]), float(x["error"])) for x in rows if x["job"] == j]
+            if pts:
+                ax.plot(*zip(*pts), lw=1.2, color=colors[j], label=f"{j} vs {rows[0]['ref']}")
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_ylim(-0.5, 0.5)
+        ax.set_title(run.policy, loc="left", fontsize=10, fontweight="bold")
+        ax.set_ylabel("offset error\n(fraction of period)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8)
+    axes[-1, 0].set_xlabel("time (trace s)")
+    fig.suptitle(f"{rep.scenario.name}: measured offset minus decided offset (phase control; "
+                 "0 = the decided schedule, ±0.5 = full collision)", fontsize=11)
+    _save(fig, path)
+    return True
+
+
 def make_plots(rep: Report) -> None:
     d = rep.dir / "plots"
     d.mkdir(exist_ok=True)
@@ -348,6 +386,9 @@ def make_plots(rep: Report) -> None:
                               "not split per job, so the plot shows the most loaded link's total load.")
     else:
         rep.plot_notes.append("link throughput: no captures and no links.csv, no plot.")
+    if plot_phase(rep, d / "phase.png"):
+        caption["plots/phase.png"] = ("Phase control: each shifted job's offset error against time "
+                                      "(0 = held at the decided offset)")
     if plot_slowdown(rep, d / "slowdown.png"):
         caption["plots/slowdown.png"] = "Mean slowdown per policy, normalised to fair sharing"
     src = plot_decision_time(rep, d / "decision_time.png")

@@ -96,10 +96,9 @@ class HarmonicsController(app_manager.OSKenApp):
         self.estimate_window_s = float(self.config.get("estimate_window_s", max(4.0, self.epoch_s)))
         self.last_record: Optional[dict] = None
         self.job_rate_mbps: Dict[str, float] = {}
-        # job -> (seq, last decided shift, at_iteration, dscp, last shift sent) of its control file
-        self.shift_seq: Dict[str, tuple] = {}
         self._prestarted: set = set()             # jobs decided before their start
         self.driver = None
+        self.channel = None
         if self.config.get("policy"):
             self._make_driver()
             self._epochs = hub.spawn(self._epoch_loop)
@@ -161,6 +160,12 @@ class HarmonicsController(app_manager.OSKenApp):
         """Every poll_s: per-flow byte counters of the ToRs' flow tables."""
         while not self._stop.is_set():
             self._take_bin()
+            if self.channel is not None:
+                try:
+                    with self.lock:
+                        self.channel.tick()     # phase control closes its loop every iteration
+                except Exception:
+                    LOG.exception("phase control failed")
             with self.lock:
                 dps = [(dp, self.dpid_role[d]) for d, dp in self.datapaths.items()]
             for dp, role in dps:
@@ -200,6 +205,16 @@ class HarmonicsController(app_manager.OSKenApp):
         self.driver = EpochDriver(rs, policy, num_classes=self.num_classes, time_scale=emu.time_scale,
                                   bytes_scale=emu.bytes_scale,
                                   estimate_profiles=bool(self.config.get("estimate_profiles", False)))
+        self.channel = None
+        if self.config.get("control_dir"):
+            from controllers.control_channel import ControlChannel
+            from controllers.schedulers.phase import PhaseConfig
+            pc = rs.scenario.phase_control
+            self.channel = ControlChannel(
+                self.config["control_dir"], self.config.get("telemetry_dir"), list(self.jobs),
+                self.cluster, emu.time_scale, self.num_classes,
+                PhaseConfig(gain=pc.gain, tolerance=pc.tolerance, hold=pc.hold) if pc.enabled else None,
+                origin=self.started)
 
     def _take_bin(self):
         with self.lock:
@@ -297,9 +312,10 @@ class HarmonicsController(app_manager.OSKenApp):
         decisions, rec = self.driver.step(max(0.0, now - (self.run_start() or now)), active,
                                           series, self.poll_s)
         self.apply_decisions(decisions)
-        self._apply_shifts(decisions)
+        phase = self._apply_shifts(decisions)
         rec_d = json.loads(rec.to_json())
         rec_d["measured_mbps"] = self.job_rate_mbps
+        rec_d.update(phase)
         self.last_record = rec_d
         path = self.config.get("decisions_log")
         if path:
@@ -307,40 +323,14 @@ class HarmonicsController(app_manager.OSKenApp):
                 f.write(json.dumps(rec_d, sort_keys=True) + "\n")
 
     def _apply_shifts(self, decisions):
-        """The workers' control files: a new start-time shift (applied once, at an iteration no
-        rank has started yet) and the job's DSCP, which the workers set on their sockets so
-        that a host NIC shared by several jobs prioritises like the switches."""
-        from emulation.jobspec import write_control
-
-        control_dir = self.config.get("control_dir")
-        if not control_dir:
-            return
-        for job, d in decisions.items():
-            seq, last, at, last_dscp, sent = self.shift_seq.get(job, (0, 0.0, None, None, 0.0))
-            dscp = class_dscp(min(max(d.priority, 0), self.num_classes - 1), self.num_classes)
-            changed = abs(d.shift_s - last) > 1e-6
-            new_shift = changed and d.shift_s > 1e-9     # a zero shift is no delay: not sent
-            if new_shift:
-                seq += 1
-                sent = d.shift_s
-                # every rank applies it before the same iteration: the first one if the job
-                # has not started yet (pre-start epoch), else two after the last one logged
-                started = (self.job_start(job) or 0.0) <= time.time()
-                at = self._last_iteration(job) + 2 if started else 0
-            if new_shift or dscp != last_dscp:
-                write_control(os.path.join(control_dir, f"{job}.json"), sent * self.time_scale,
-                              seq, at_iteration=at, dscp=dscp)
-            self.shift_seq[job] = (seq, d.shift_s, at, dscp, sent)
-
-    def _last_iteration(self, job: str) -> int:
-        from emulation.worker import read_worker_log
-        try:
-            with open(self.jobs[job]["spec_path"]) as f:
-                log = json.load(f)["log_path"]
-            rows = read_worker_log(log)
-        except (OSError, ValueError, KeyError):
-            return -1
-        return max((r["iteration"] for r in rows if r["status"] == "ok"), default=-1)
+        """The workers' control files (controllers.control_channel): DSCP, new start-time
+        shifts, and phase control's samples and corrections for the epoch record."""
+        if self.channel is None:
+            return {}
+        with self.lock:
+            return self.channel.apply(
+                decisions, lambda job: (self.job_start(job) or 0.0) <= time.time(),
+                self.driver.declared)
 
     def _adopt(self, dp, key: FlowKey, st) -> Optional[dict]:
         """A per-flow entry this controller did not install (it was restarted): learn it."""

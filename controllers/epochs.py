@@ -71,6 +71,12 @@ class EpochDriver:
         self.estimate_profiles = estimate_profiles
         self.epoch = 0
         self._declared = {j.name: job_state(j, resolved.cluster) for j in resolved.jobs}
+        self.last: Decisions = {}
+
+    @property
+    def declared(self):
+        """job -> its JobState from the declared trace."""
+        return self._declared
 
     def step(self, now_s: float, active: Set[str], measured: Mapping[str, Series],
              bin_s: float) -> Tuple[Decisions, EpochRecord]:
@@ -86,10 +92,16 @@ class EpochDriver:
         est = estimate_from_measurements(trace, bin_s / self.time_scale) if trace else {}
         apply_estimates(state, est, update_profile=self.estimate_profiles)
         t0 = time.perf_counter()
-        decisions = self.policy.decide(state)
+        decisions = dict(self.policy.decide(state))
         ms = (time.perf_counter() - t0) * 1000
+        # the one rule of both back ends: a running job the policy left out keeps its last
+        # decision (the switches keep its rules), and a class is clamped to the classes there are
+        for name in active:
+            if name not in decisions and name in self.last:
+                decisions[name] = self.last[name]
         for d in decisions.values():
             d.priority = min(max(int(d.priority), 0), self.num_classes - 1)
+        self.last = {k: v for k, v in decisions.items() if k in active}
         rec = EpochRecord(self.epoch, now_s, ms, sorted(active),
                           {k: v.to_dict() for k, v in sorted(decisions.items())},
                           {k: {"period_s": e.period_s, "active_fraction": e.active_fraction}

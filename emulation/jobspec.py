@@ -23,6 +23,7 @@ Format (``"format": "harmonics-job-spec/1"``)::
     "start_at": 1717000000.25,        # absolute time.time() of the job's arrival
     "control_path": "RUN/control/jobA.json",
     "log_path": "RUN/logs/jobA.csv",  # shared by the job's ranks (atomic appends)
+    "telemetry_path": "RUN/telemetry/jobA.csv",  # rank 0's iteration/phase starts (worker.py)
     "tcp_cc": "cubic", "dscp": null,  # dscp: optional DSCP (0-63) the workers set (IP_TOS)
     "connect_timeout_s": 60.0,        # all connections must be up this long after launch
     "io_timeout_s": 20.0,             # a collective moving no byte for this long = peer lost
@@ -135,7 +136,8 @@ def job_spec(job, cluster, emulation, *, port_base: int, start_at: float,
              io_timeout_s: float = 20.0, connect_timeout_s: float = 60.0,
              dscp: Optional[int] = None,
              ip_of: Optional[Callable[[str], str]] = None,
-             iterations: Optional[int] = None) -> dict:
+             iterations: Optional[int] = None,
+             telemetry_path: Optional[Union[str, Path]] = None) -> dict:
     """The spec of a workloads.scenario.ResolvedJob as a dict (see the module docstring).
 
     ``ip_of`` overrides cluster.host_ip (tests put every rank on 127.0.0.1)."""
@@ -154,6 +156,7 @@ def job_spec(job, cluster, emulation, *, port_base: int, start_at: float,
         "start_at": float(start_at),
         "control_path": str(Path(control_dir) / f"{job.name}.json"),
         "log_path": str(log_path),
+        "telemetry_path": None if telemetry_path is None else str(telemetry_path),
         "tcp_cc": emulation.tcp_cc,
         "dscp": None if dscp is None else int(dscp),
         "connect_timeout_s": float(connect_timeout_s),
@@ -183,6 +186,10 @@ def write_job_spec(job, cluster, emulation, out_path: Union[str, Path], *, port_
     tmp.write_text(json.dumps(spec, indent=1) + "\n")
     os.replace(tmp, out_path)
     Path(log_path).write_text(LOG_HEADER + "\n")
+    if spec.get("telemetry_path"):
+        from .worker import TELEMETRY_HEADER
+        Path(spec["telemetry_path"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(spec["telemetry_path"]).write_text(TELEMETRY_HEADER + "\n")
     return spec
 
 

@@ -11,8 +11,11 @@ the real cluster; the emulator's scaling is undone):
   DIR/scenario.yaml      the scenario as run
   DIR/iterations.csv     job, worker, iteration, start_s, compute_s, comm_s, end_s
   DIR/summary.csv        job, policy, iterations, mean_iter_s, p99_iter_s, mean_comm_s,
-                         jct_s, slowdown_vs_isolated
-  DIR/decisions.jsonl    the controller's epochs: decisions with reasons, decision time
+                         jct_s, slowdown_vs_isolated, phase_error, corrections
+  DIR/decisions.jsonl    the controller's epochs: decisions with reasons, decision time, and
+                         with phase control the measured phases and the corrections ordered
+  DIR/phase.csv          phase control, one row per epoch and held job (as the simulator's)
+  DIR/telemetry/JOB.csv  the job agent's iteration and collective starts (emulation/worker.py)
   DIR/captures/*.pcap    headers of the captured links
   DIR/run.json           how it went (status, timings, failures, isolated times used)
 """
@@ -33,6 +36,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from workloads.scenario import ResolvedScenario, Scenario, ScenarioError, dump_scenario, load_scenario, resolve
+
+from controllers.schedulers.phase import phase_rows_from_records, phase_summary, write_phase_csv
 
 from . import qos
 from .jobspec import default_port_bases, write_job_spec
@@ -156,7 +161,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
     (out / "scenario.yaml").write_text(dump_scenario(sc))
     emu = sc.emulation
     ports = default_port_bases(rs.jobs)
-    for d in ("specs", "logs", "control", "done", "captures"):
+    for d in ("specs", "logs", "control", "telemetry", "done", "captures"):
         (out / d).mkdir(exist_ok=True)
     (out / "decisions.jsonl").write_text("")
     info = {"scenario": sc.name, "policy": policy, "status": "running", "started": time.time(),
@@ -168,6 +173,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
            "scenario_path": str((out / "scenario.yaml").resolve()), "epoch_s": emu.epoch_s,
            "poll_s": emu.epoch_s / 10, "num_classes": num_classes, "bandwidth_scale": emu.bandwidth_scale,
            "control_dir": str((out / "control").resolve()), "done_dir": str((out / "done").resolve()),
+           "telemetry_dir": str((out / "telemetry").resolve()),
            "decisions_log": str((out / "decisions.jsonl").resolve())}
     if live is not None:
         from .net import free_tcp_port
@@ -202,7 +208,8 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
                 spec_path = out / "specs" / f"{j.name}.json"
                 write_job_spec(j, rs.cluster, emu, spec_path, port_base=ports[j.name],
                                start_at=start_at + j.spec.arrival_s * emu.time_scale,
-                               control_dir=out / "control", log_path=out / "logs" / f"{j.name}.csv")
+                               control_dir=out / "control", log_path=out / "logs" / f"{j.name}.csv",
+                               telemetry_path=out / "telemetry" / f"{j.name}.csv")
                 procs[j.name] = [ec.popen(w.host, [sys.executable, "-m", "emulation.worker", "--spec",
                                                    str(spec_path), "--rank", str(w.rank)],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -310,12 +317,35 @@ def collect(rs: ResolvedScenario, policy: str, out: Path, isolated: str) -> Dict
             }
     cols = ["job", "policy", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s", "jct_s",
             "slowdown_vs_isolated"]
+    prow = phase_rows_from_records(_records(out / "decisions.jsonl"))
+    if prow:
+        write_phase_csv(out / "phase.csv", prow)
+    ps = phase_summary(prow)
+    for job, r in rows.items():
+        pe = ps.get(job, {}).get("phase_error")
+        r["phase_error"] = float("nan") if pe is None else pe
+        r["corrections"] = ps.get(job, {}).get("corrections", 0)
+    cols += ["phase_error", "corrections"]
     with open(out / "summary.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for r in rows.values():
             w.writerow([r[c] if not isinstance(r[c], float) else f"{r[c]:.6f}" for c in cols])
     return rows
+
+
+def _records(path: Path) -> List[dict]:
+    out = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return out
+    for ln in lines:
+        try:
+            out.append(json.loads(ln))
+        except ValueError:
+            continue
+    return out
 
 
 def analytical_isolated(rs: ResolvedScenario) -> Dict[str, float]:

@@ -64,6 +64,11 @@ from .jobspec import JobSpecError, collectives_of, load_job_spec
 LOG_HEADER = ("job,rank,iteration,start_s,compute_s,comm_s,end_s,"
               "sent_bytes,recv_bytes,shift_s,status,detail")
 LOG_FIELDS = LOG_HEADER.split(",")
+# The job agent's telemetry channel (rank 0 of each job; the controller tails it every epoch
+# for phase control): one line per event, t = absolute wall-clock seconds (time.time()):
+#   iter  iteration starts (after any control delay), phase = -1
+#   comm  collective phase ``phase`` (index in the spec's phases) starts
+TELEMETRY_HEADER = "iteration,event,phase,t"
 
 HELLO = struct.Struct("!4sII")   # magic, crc32(job name), sender rank
 MAGIC = b"HMNC"
@@ -167,6 +172,10 @@ class Worker:
         self.recvbuf = memoryview(bytearray(BUF_BYTES))
         self.job_tag = zlib.crc32(self.job.encode())
         self.last_seq = None
+        self.tele_fd: Optional[int] = None
+        path = spec.get("telemetry_path")
+        if path and rank == 0:
+            self.tele_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         # progress of the iteration in flight, for failure lines
         self.iteration = -1
         self.it_start: Optional[float] = None
@@ -186,6 +195,10 @@ class Worker:
                 f"{f(shift)},{status},{_clean(detail)}\n")
         if self.log_fd is not None:
             os.write(self.log_fd, line.encode())
+
+    def telemetry(self, iteration: int, event: str, phase: int, t: float) -> None:
+        if self.tele_fd is not None:
+            os.write(self.tele_fd, f"{iteration},{event},{phase},{t:.6f}\n".encode())
 
     def log_end(self, status: str, detail: str) -> None:
         self.log(self.iteration, None if self.it_start is None else self.rel(self.it_start),
@@ -290,6 +303,9 @@ class Worker:
                 pass
 
     def close(self) -> None:
+        if self.tele_fd is not None:
+            os.close(self.tele_fd)
+            self.tele_fd = None
         for s in list(self.out_socks.values()) + list(self.in_socks.values()):
             try:
                 s.close()
@@ -435,6 +451,7 @@ class Worker:
                 if c_start is not None:
                     _sleep_until(c_start + (1.0 - plan.overlap) * c_len)
                 t0 = time.time()
+                self.telemetry(self.iteration, "comm", i, t0)
                 self.run_collective(plan)
                 comm_s += time.time() - t0
         _sleep_until(c_end)
@@ -465,6 +482,7 @@ class Worker:
                 _sleep_until(next_start)
             t0 = time.time()
             self.it_start = t0
+            self.telemetry(it, "iter", -1, t0)
             c, m = self.run_iteration()
             t1 = time.time()
             self.log(it, self.rel(t0), c, m, self.rel(t1), self.it_sent, self.it_recv, shift, "ok")

@@ -34,7 +34,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -71,6 +71,8 @@ class SimConfig:
     iterations_override: Optional[int] = None
     warmup_iterations: int = 1               # left out of the means, as the emulator does
     poll_s: Optional[float] = None           # counter polling for the policy's view; None: epoch / 50
+    compute_jitter: Optional[float] = None   # per-iteration compute jitter; None: the scenario's (simulation.compute_jitter)
+    phase_control: Optional[object] = None   # True/False, or "observe" (measure, never correct); None: the scenario's
 
 
 @dataclass
@@ -83,6 +85,7 @@ class SimResult:
     decisions: List[dict]                    # one row per (epoch, job)
     epochs: List[dict]                       # one row per epoch: epoch, time_s, decision_ms, status
     stats: dict
+    phase: List[dict] = field(default_factory=list)   # phase control: one row per epoch and held job
 
     def summary_by_job(self) -> Dict[str, dict]:
         return {r["job"]: r for r in self.summary}
@@ -192,6 +195,7 @@ class _Job:
         self.iterations = iterations
         self.arrival = float(rj.spec.arrival_s)
         self.compute_per_iter = sum(s.compute_s for s in self.steps)
+        self.cf = 1.0                        # this iteration's compute-time factor (jitter)
         self.it = 0
         self.step = 0
         self.waiting = 0
@@ -309,6 +313,29 @@ class Engine:
         self.slot_job = np.zeros(n0, dtype=np.int64)
         self.slot_len = np.zeros(n0, dtype=np.int64)
         self.job_cls = np.zeros(len(self.jobs), dtype=np.int64)
+        self._setup_phasing()
+
+    def _setup_phasing(self):
+        """Compute-time noise and phase control (simulation.phasing), from the scenario's
+        settings unless the config overrides them."""
+        from .phasing import ComputeNoise, SimPhaseControl
+        from controllers.schedulers.phase import PhaseConfig
+        sc = self.scenario
+        sigma = self.cfg.compute_jitter
+        if sigma is None:
+            sigma = sc.simulation.compute_jitter if sc is not None else 0.0
+        self.noise = ComputeNoise(sigma, sc.seed if sc is not None else 0)
+        on = self.cfg.phase_control
+        pc = sc.phase_control if sc is not None else None
+        hold = pc.hold if pc is not None else True
+        if on is None:
+            on = pc.enabled if pc is not None else False
+        elif on == "observe":
+            on, hold = True, False
+        self.phase = None
+        if on and self.policy is not None:
+            kw = {"gain": pc.gain, "tolerance": pc.tolerance} if pc is not None else {}
+            self.phase = SimPhaseControl(self, PhaseConfig(hold=hold, **kw))
 
     # -- event queue --------------------------------------------------------
     def push(self, t: float, kind: int, arg=None):
@@ -563,6 +590,9 @@ class Engine:
     # -- job state machine ---------------------------------------------------
     def _start_iteration(self, job: _Job):
         job.iter_start = self.now
+        job.cf = self.noise.factor(job.idx)
+        if self.phase is not None:
+            self.phase.iteration_started(job)
         job.iter_comm = 0.0
         job.step = 0
         self._start_step(job)
@@ -576,9 +606,9 @@ class Engine:
             job.waiting = 0
             if st.compute_s > 0:
                 job.waiting += 1
-                self.push(self.now + st.compute_s, _COMPUTE_END, job.idx)
+                self.push(self.now + st.compute_s * job.cf, _COMPUTE_END, job.idx)
             if st.coll is not None:
-                delay = (1.0 - st.overlap) * st.compute_s
+                delay = (1.0 - st.overlap) * st.compute_s * job.cf
                 if delay > 0:
                     job.waiting += 1
                     self.push(self.now + delay, _COLL_START, job.idx)
@@ -614,7 +644,7 @@ class Engine:
         self._step_part_done(job)
 
     def _end_iteration(self, job: _Job):
-        job.records.append((job.name, "all", job.it, job.iter_start, job.compute_per_iter,
+        job.records.append((job.name, "all", job.it, job.iter_start, job.compute_per_iter * job.cf,
                             job.iter_comm, self.now))
         job.it += 1
         if job.it >= job.iterations:
@@ -634,6 +664,8 @@ class Engine:
     def _poll(self):
         self.poll_rows.append(self.job_cum - self.job_cum_mark)
         self.job_cum_mark = self.job_cum.copy()
+        if self.phase is not None and not self.policy_disabled and self.now >= self.controller_down_until:
+            self.phase.tick(self.epoch_no)
 
     def _epoch(self):
         from .view import DecisionTimeout, measured_series
@@ -689,6 +721,8 @@ class Engine:
                                 "jobs": len(active), "status": status})
         if decisions is not None:
             self._apply(decisions, active)
+        if self.phase is not None and not self.policy_disabled and t >= self.controller_down_until:
+            self.phase.tick(self.epoch_no)
         self.epoch_no += 1
         if self.jobs_done < len(self.jobs):
             if self.polling:
@@ -715,6 +749,8 @@ class Engine:
                 j.last_shift = sh
                 if sh > 0:
                     j.pending_shift = sh
+                    if self.phase is not None:
+                        self.phase.shift_ordered(j)
             self.decision_rows.append({
                 "epoch": self.epoch_no, "time_s": self.now, "job": j.name,
                 "priority": j.cls, "spine": "" if d.spine is None else d.spine,
@@ -919,6 +955,7 @@ def simulate(rs: ResolvedScenario, policy=None, config: Optional[SimConfig] = No
     iters: List[tuple] = []
     summary: List[dict] = []
     wu = max(0, cfg.warmup_iterations)
+    phase_by_job = eng.phase.summary() if eng.phase is not None else {}
     for j in eng.jobs:
         a = j.arrival
         # times relative to the job's arrival, as the emulator's workers log them
@@ -936,6 +973,10 @@ def simulate(rs: ResolvedScenario, policy=None, config: Optional[SimConfig] = No
             "slowdown_vs_isolated": (mean_it / iso[j.name]) if j.name in iso and iso[j.name] > 0
             else math.nan,
         })
+        ps = phase_by_job.get(j.name, {})
+        pe = ps.get("phase_error")
+        summary[-1]["phase_error"] = math.nan if pe is None else pe
+        summary[-1]["corrections"] = ps.get("corrections", 0)
     link_bins = []
     links = rs.cluster.links
     for b in sorted(eng.bins):
@@ -955,5 +996,8 @@ def simulate(rs: ResolvedScenario, policy=None, config: Optional[SimConfig] = No
              "timeouts": eng.timeouts, "decision_total_s": eng.decision_total_s,
              "policy_disabled": eng.policy_disabled, "jobs": len(eng.jobs), "gpus": rs.cluster.num_gpus,
              "jobs_finished": eng.jobs_done}
+    if eng.phase is not None:
+        stats["phase_control"] = True
+        stats["correction_total_s"] = sum(eng.phase.ctl.total_delay_s.values())
     return SimResult(rs.scenario, name, iters, summary, link_bins, eng.decision_rows,
-                     eng.epoch_rows, stats)
+                     eng.epoch_rows, stats, eng.phase.rows if eng.phase is not None else [])

@@ -5,12 +5,14 @@
                         (worker = 'all': the simulator records the job, not each rank;
                         times relative to the job's arrival, as the emulator's workers log)
   DIR/summary.csv       job, policy, iterations, mean_iter_s, p99_iter_s, mean_comm_s,
-                        jct_s, slowdown_vs_isolated
+                        jct_s, slowdown_vs_isolated, phase_error, corrections
   DIR/links.csv         bin, start_s, end_s, link, kind, capacity_gbps, mean_gbps, utilisation
                         (absolute trace time; links that carried traffic in the bin only)
   DIR/decisions.csv     epoch, time_s, decision_ms, status, jobs, job, priority, spine,
                         flow_spines, rate_caps_gbps, shift_s, reason (one row per epoch and
                         decided job; an epoch without decisions has one row with job empty)
+  DIR/phase.csv         phase control: one row per epoch and job of a held group
+                        (controllers.schedulers.phase.PHASE_COLS)
   DIR/run.json          settings and counters (events, wall time, events/s)
 
 Everything is written into a temporary sibling directory and renamed into place at the
@@ -27,10 +29,11 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from controllers.schedulers.phase import write_phase_csv
 from workloads.scenario import dump_scenario
 
 SUMMARY_COLS = ["job", "policy", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s",
-                "jct_s", "slowdown_vs_isolated"]
+                "jct_s", "slowdown_vs_isolated", "phase_error", "corrections"]
 DECISION_COLS = ["epoch", "time_s", "decision_ms", "status", "jobs", "job", "priority", "spine",
                  "flow_spines", "rate_caps_gbps", "shift_s", "reason"]
 LINK_COLS = ["bin", "start_s", "end_s", "link", "kind", "capacity_gbps", "mean_gbps", "utilisation"]
@@ -58,7 +61,9 @@ def write_results(result, out: Path, extra: Optional[dict] = None) -> Path:
             w = csv.writer(f)
             w.writerow(SUMMARY_COLS)
             for r in result.summary:
-                w.writerow([_f(r[c]) for c in SUMMARY_COLS])
+                w.writerow([_f(r.get(c, math.nan)) for c in SUMMARY_COLS])
+        if result.phase:
+            write_phase_csv(tmp / "phase.csv", result.phase)
         with open(tmp / "links.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(LINK_COLS)

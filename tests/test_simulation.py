@@ -24,6 +24,7 @@ def scenario(jobs, racks=2, hosts=2, spines=1, gpus=1, host_gbps=100, up_gbps=10
         "cluster": {"racks": racks, "hosts_per_rack": hosts, "spines": spines,
                     "gpus_per_host": gpus, "host_link_gbps": host_gbps, "uplink_gbps": up_gbps},
         "emulation": {"epoch_s": epoch, "time_scale": 1.0},
+        "simulation": {"compute_jitter": 0.0},     # the noiseless fluid model's closed forms
         "jobs": jobs}))
 
 
@@ -363,6 +364,7 @@ def test_link_down_reroutes_to_a_live_spine():
         "cluster": {"racks": 2, "hosts_per_rack": 1, "spines": 2, "host_link_gbps": 100,
                     "uplink_gbps": 100},
         "jobs": [dp_job("a", ["r0h0", "r1h0"], c, m, iters=5)],
+        "simulation": {"compute_jitter": 0.0},
         "events": [{"at_s": 0.0, "kind": "link-down", "link": f"tor0-sp{sp}"}]}))
     res = simulate(rs, None)
     assert all(t == pytest.approx(c + b, rel=1e-9) for t in res.iteration_times("a"))
@@ -379,6 +381,7 @@ def test_controller_restart_clears_decisions_for_a_while():
                     "uplink_gbps": 100},
         "emulation": {"epoch_s": 0.1, "time_scale": 1.0},
         "jobs": [dp_job("a", ["r0h0", "r1h0"], c, m, iters=40)],
+        "simulation": {"compute_jitter": 0.0},
         "events": [{"at_s": 1.0, "kind": "controller-restart", "down_s": 0.5}]}))
     res = simulate(rs, Static(a={"rate_caps_gbps": {"tor0>sp0": 25.0}}))
     st = {e["time_s"]: e["status"] for e in res.epochs}

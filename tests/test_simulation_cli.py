@@ -53,7 +53,8 @@ def test_run_writes_the_emulator_files(tmp_path):
     assert len(it) == 12 and it[0]["worker"] == "all"
     summ = rows(out / "summary.csv")
     assert list(summ[0]) == ["job", "policy", "iterations", "mean_iter_s", "p99_iter_s",
-                             "mean_comm_s", "jct_s", "slowdown_vs_isolated"]
+                             "mean_comm_s", "jct_s", "slowdown_vs_isolated", "phase_error",
+                             "corrections"]
     assert {r["policy"] for r in summ} == {"fair"}
     dec = rows(out / "decisions.csv")
     assert dec and {"epoch", "time_s", "decision_ms", "job", "priority"} <= set(dec[0])

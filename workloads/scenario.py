@@ -165,6 +165,30 @@ class EmulationSpec(_Strict):
         return gbps * 1000.0 / self.bandwidth_scale
 
 
+class PhaseControlSpec(_Strict):
+    """Holding decided start-time shifts (both back ends; docs/phase-control.md): every epoch
+    each shifted job's offset is measured against the decided one and a job that is ahead
+    is delayed once by ``gain`` times its error when the error exceeds ``tolerance``
+    (fractions of the period)."""
+    enabled: bool = True
+    hold: bool = Field(True, description="false: measure and report the phases, correct nothing")
+    gain: float = Field(1.0, gt=0.0, le=1.0)
+    tolerance: float = Field(0.04, ge=0.0, lt=0.5)
+
+
+# Per-iteration compute-time jitter of the simulator (std of a multiplicative factor): the
+# emulator's isolated iteration-time spread on pair-shared-spine expressed on compute (see
+# docs/phase-control.md, "Noise in the simulator").
+DEFAULT_COMPUTE_JITTER = 0.1
+
+
+class SimulationSpec(_Strict):
+    """Simulator-only settings of a scenario."""
+    compute_jitter: float = Field(DEFAULT_COMPUTE_JITTER, ge=0.0, le=1.0, description=(
+        "std of the per-iteration factor (1 + N(0, jitter)) on every compute phase; "
+        "0: the noiseless fluid model"))
+
+
 class Event(_Strict):
     """Something that happens to the emulated cluster during a run (faults)."""
     at_s: NonNegativeFloat = Field(description="trace seconds after the run's start")
@@ -190,6 +214,8 @@ class Scenario(_Strict):
     emulation: EmulationSpec = EmulationSpec()
     seed: int = 0
     events: List[Event] = Field(default_factory=list, description="faults during an emulated run")
+    phase_control: PhaseControlSpec = PhaseControlSpec()
+    simulation: SimulationSpec = SimulationSpec()
 
     @model_validator(mode="after")
     def _names(self):
