@@ -14,7 +14,9 @@ Files read (see emulation/runner.py and simulation/output.py for their writers):
   logs/JOB.csv           the workers' iteration logs (emulated; read while a run is going)
   iterations.csv         per-iteration times (a finished run, either back end)
   summary.csv            per-job results (optional columns phase_error, corrections)
-  decisions.jsonl        the controller's epochs (emulated; optional "phase", "corrections")
+  decisions.jsonl        the controller's epochs (emulated; with phase control "phase",
+                         "phase_samples", "corrections")
+  phase.csv              phase control's measurements and corrections (both back ends)
   decisions.csv          the simulator's epochs, one row per epoch and decided job
   throughput.jsonl       per-link throughput by class, sampled from the controller's counters
   links.csv              the simulator's per-link load per time bin (no split by class)
@@ -287,27 +289,35 @@ class RunData:
         return clean({"available": True, "units": "trace Gb/s", "source": source, "series": out})
 
     def phase(self) -> dict:
-        """Phase errors and corrections of phase control, where the run recorded them."""
+        """Phase control's measurements and corrections, where the run recorded them:
+        phase.csv of a finished run (either back end), else the phase samples the controller
+        appends to decisions.jsonl while the run goes (docs/phase-control.md)."""
+        from controllers.schedulers.phase import phase_rows_from_records
+        rows = self._file("phase.csv", _read_csv, []) if (self.dir / "phase.csv").exists() else []
+        if not rows and (self.dir / "decisions.jsonl").exists():
+            rows = phase_rows_from_records(self._file("decisions.jsonl", _read_jsonl, []))
         per: Dict[str, dict] = {}
         corrections = []
-        for e in self.epochs(limit=10 ** 9)["epochs"]:
-            for job, p in (e.get("phase") or {}).items():
-                if not isinstance(p, dict):
-                    continue
-                d = per.setdefault(job, {"t": [], "error": [], "offset_s": [], "period_s": [], "ref": None})
-                d["t"].append(e["time_s"])
+        for r in rows:
+            job, t = r.get("job"), _num(r.get("time_s"))
+            if not job or t is None:
+                continue
+            if r.get("ref") and _num(r.get("error")) is not None:
+                d = per.setdefault(job, {"t": [], "error": [], "offset_s": [], "period_s": [],
+                                         "ref": r.get("ref")})
+                d["t"].append(t)
                 for k in ("error", "offset_s", "period_s"):
-                    d[k].append(_num(p.get(k)))
-                d["ref"] = p.get("ref", d["ref"])
-            for c in e.get("corrections") or []:
-                if isinstance(c, dict):
-                    corrections.append({"time_s": e["time_s"], "epoch": e["epoch"], "job": c.get("job"),
-                                        "delay_s": _num(c.get("delay_s")), "error": _num(c.get("error"))})
+                    d[k].append(_num(r.get(k)))
+            delay = _num(r.get("correction_s"))
+            if delay:
+                corrections.append({"time_s": t, "epoch": _int(r.get("epoch")), "job": job,
+                                    "delay_s": delay, "error": _num(r.get("error"))})
         summary = {j: {k: s.get(k) for k in ("phase_error", "corrections")}
                    for j, s in self.summary().items() if "phase_error" in s or "corrections" in s}
         if not per and not corrections and not summary:
             return dict(NOT_AVAILABLE, reason="the run recorded no phase errors or corrections")
-        return clean({"available": True, "units": "trace seconds; error as recorded by phase control",
+        return clean({"available": True,
+                      "units": "trace seconds; error: measured minus decided offset, fraction of the beat",
                       "jobs": per, "corrections": corrections, "summary": summary})
 
     def fidelity(self) -> dict:

@@ -214,7 +214,7 @@ class HarmonicsController(app_manager.OSKenApp):
                 self.config["control_dir"], self.config.get("telemetry_dir"), list(self.jobs),
                 self.cluster, emu.time_scale, self.num_classes,
                 PhaseConfig(gain=pc.gain, tolerance=pc.tolerance, hold=pc.hold) if pc.enabled else None,
-                origin=self.started)
+                origin=self.started, run_start=self.run_start)
 
     def _take_bin(self):
         with self.lock:

@@ -67,12 +67,13 @@ class TelemetryTail:
 class ControlChannel:
     def __init__(self, control_dir: str, telemetry_dir: Optional[str], job_names, cluster,
                  time_scale: float, num_classes: int, phase: Optional[PhaseConfig],
-                 origin: float):
+                 origin: float, run_start: Optional[Callable[[], Optional[float]]] = None):
         self.control_dir = control_dir
         self.time_scale = float(time_scale)
         self.num_classes = num_classes
         self.cluster = cluster
         self.origin = origin
+        self.run_start = run_start or (lambda: origin)
         self.tails = {n: TelemetryTail(os.path.join(telemetry_dir, f"{n}.csv"))
                       for n in job_names} if telemetry_dir else {}
         self.phase = PhaseController(phase) if phase is not None and telemetry_dir else None
@@ -155,7 +156,7 @@ class ControlChannel:
         step = self.phase.step(phase_inputs(names, starts, first, decisions, self.links,
                                             {n: declared[n].iso_iter_s for n in names if n in declared}),
                                only=new)
-        now_s = (time.time() - self.origin) / self.time_scale
+        now_s = (time.time() - (self.run_start() or self.origin)) / self.time_scale
         for c in step.corrections:
             seq, last, _, dscp, _ = self.state[c.job]
             # the next iteration if it is far enough away, else the one after

@@ -121,8 +121,11 @@ def test_finished_simulated_run_through_analysis_serve(tmp_path):
         assert tp["available"] and any(max(s["gbps"]) > 0 for s in tp["series"])
         dom = chromium_dom(url, tmp_path)
         check_page(dom, ["jobA", "jobB"])
-        # no phase records, no fidelity section: said so, the page still draws the rest
-        assert dom.xpath('//div[@id="phase"]/span[@class="na"]/text()') == ["not available"]
+        # harmonics shifts jobB: the simulator's phase control recorded its phases (phase.csv)
+        st, ph = fetch(url + "api/v1/phase")
+        assert ph["available"] and ph["jobs"]["jobB"]["ref"] == "jobA" and ph["jobs"]["jobB"]["error"]
+        assert not dom.xpath('//div[@id="phase"]/span[@class="na"]')
+        # no fidelity section in a simulated run: said so, the page still draws the rest
         assert dom.xpath('//div[@id="fidelity"]/span[@class="na"]/text()') == ["not available"]
     finally:
         stop_cli(p, port)
