@@ -177,9 +177,10 @@ class PhaseControlSpec(_Strict):
 
 
 # Per-iteration compute-time jitter of the simulator (std of a multiplicative factor): the
-# emulator's isolated iteration-time spread on pair-shared-spine expressed on compute (see
+# emulator's isolated iteration-time spread, expressed on compute (jobA of pair-shared-spine
+# alone, 2 x 59 iterations: sd 0.40-0.48 ms of 45.8 ms, i.e. 0.45 ms of its 20 ms compute;
 # docs/phase-control.md, "Noise in the simulator").
-DEFAULT_COMPUTE_JITTER = 0.1
+DEFAULT_COMPUTE_JITTER = 0.02
 
 
 class SimulationSpec(_Strict):
