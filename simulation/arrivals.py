@@ -197,8 +197,8 @@ def _pick_columns(header: Sequence[str], given: Dict[str, Tuple[str, float]],
         cols[role] = (i, header[i].strip(), div)
     taken = {i for i, _, _ in cols.values()}
     for role in ROLES:
-        if role in cols:
-            continue
+        if role in cols or (role == "gpu_share" and "gpus" in given):
+            continue   # a share column is only guessed along with a guessed GPU column
         for cand in DEFAULT_NAMES[role]:
             i = norm.get(cand)
             if i is not None and i not in taken:
