@@ -188,6 +188,9 @@ def _pick_columns(header: Sequence[str], given: Dict[str, Tuple[str, float]],
     for i, h in enumerate(header):
         norm.setdefault(_norm(h), i)
         norm.setdefault(h.strip(), i)
+    for i, h in enumerate(header):   # 'submit_time_ms', 'arrival (min)': the name without its unit
+        if _unit_from_name(h):
+            norm.setdefault(_norm(_strip_unit(h)), i)
     cols: Dict[str, Tuple[int, str, float]] = {}
     for role, (col, div) in given.items():
         i = norm.get(col, norm.get(_norm(col)))
@@ -220,6 +223,10 @@ def _unit_from_name(name: str) -> Optional[str]:
         if re.search(rf"(^|[^a-z0-9]){suf}$", n) or n.endswith(f"({suf})") or n.endswith(f"[{suf}]"):
             return unit
     return None
+
+
+def _strip_unit(name: str) -> str:
+    return re.sub(r"[\s_\-.]*[(\[]?[a-z]+[)\]]?$", "", name.strip().lower())
 
 
 def _parse_datetime(tok: str) -> Optional[float]:
