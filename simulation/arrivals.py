@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from workloads.scenario import ScenarioError
+from workloads.scenario import ScenarioError, one_line
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 OPENB_TASKS = DATA_DIR / "openb2023" / "openb_gpu_tasks.csv"
@@ -112,9 +112,9 @@ class ArrivalTrace:
         skip = ", ".join(f"{n} {why}" for why, n in self.skipped.items() if n)
         cols = ", ".join(f"{r}={c}" for r, c in self.columns.items())
         end = f"; {self.ends_ignored} ends before their start ignored" if self.ends_ignored else ""
-        return (f"arrivals: {self.path.name}: {self.rows} rows, {len(self.jobs)} jobs"
-                + (f"; skipped {skip}" if skip else "") + end
-                + f"; columns {cols}; times in {self.unit} ({self.unit_rule})")
+        return one_line(f"arrivals: {self.path.name}: {self.rows} rows, {len(self.jobs)} jobs"
+                        + (f"; skipped {skip}" if skip else "") + end
+                        + f"; columns {cols}; times in {self.unit} ({self.unit_rule})")
 
     def peak_gpus(self) -> Optional[float]:
         """Most GPUs requested at once over the trace (every GPU task with a start and an

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from .scenario import Collective, Compute, Group, Profile, ScenarioError
+from .scenario import Collective, Compute, Group, Profile, ScenarioError, one_line
 
 TICK_S = 1e-9          # one SimAI tick = 1 ns
 DATA_DIR = Path(__file__).resolve().parent / "data" / "simai"
@@ -304,7 +304,7 @@ def report_warnings(wl: SimAIWorkload, stream=None) -> None:
         key = (str(wl.path.resolve()), w)
         if key not in _REPORTED:
             _REPORTED.add(key)
-            print(f"warning: {w}", file=stream or sys.stderr)
+            print(f"warning: {one_line(w)}", file=stream or sys.stderr)
 
 
 # ---------------------------------------------------------------------------
