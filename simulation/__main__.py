@@ -48,6 +48,16 @@ def _positive(v: str) -> float:
     return x
 
 
+def _pos_int(v: str) -> int:
+    try:
+        x = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {v!r}") from None
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {v})")
+    return x
+
+
 def _arrival_kind(v: str) -> str:
     if v in ("none", "poisson", "openb") or (v.startswith("csv:") and len(v) > 4):
         return v
@@ -112,13 +122,18 @@ def cmd_run(a) -> int:
 def cmd_generate(a, argv=None) -> int:
     from .topology import leaf_spine, lingjun_cluster
     from .workload import generate, write_scenario
-    if a.topology == "lingjun":
-        spec = lingjun_cluster(gpus_per_host=a.gpus_per_host, host_link_gbps=a.host_link_gbps,
-                               uplink_gbps=a.uplink_gbps or 400.0)
-    else:
-        spec = leaf_spine(a.racks, a.hosts_per_rack, a.spines, gpus_per_host=a.gpus_per_host,
-                          host_link_gbps=a.host_link_gbps, uplink_gbps=a.uplink_gbps,
-                          oversubscription=a.oversubscription)
+    from workloads.scenario import check_cluster_size
+    try:
+        if a.topology == "lingjun":
+            spec = lingjun_cluster(gpus_per_host=a.gpus_per_host, host_link_gbps=a.host_link_gbps,
+                                   uplink_gbps=a.uplink_gbps or 400.0)
+        else:
+            check_cluster_size(a.racks * a.hosts_per_rack, a.gpus_per_host, a.spines)
+            spec = leaf_spine(a.racks, a.hosts_per_rack, a.spines, gpus_per_host=a.gpus_per_host,
+                              host_link_gbps=a.host_link_gbps, uplink_gbps=a.uplink_gbps,
+                              oversubscription=a.oversubscription)
+    except ValueError as e:   # pydantic's ValidationError included
+        raise UsageError(" ".join(str(e).split("\n")[:2])) from None
     name = a.name or Path(a.out).stem
     trace = None
     if a.arrivals not in ("none", "poisson"):
@@ -141,9 +156,14 @@ def cmd_generate(a, argv=None) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own status); --help still shows usage
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulation", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = _Parser(prog="python -m simulation", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="simulate one scenario under one policy")
     r.add_argument("scenario")
     r.add_argument("--policy", default="fair", help="fair, optimal, crux, cassini, harmonics, none")
@@ -152,15 +172,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     g = sub.add_parser("generate", help="write a large simulated scenario")
     g.add_argument("out")
     g.add_argument("--topology", choices=["lingjun", "leaf-spine"], default="leaf-spine")
-    g.add_argument("--racks", type=int, default=32)
-    g.add_argument("--hosts-per-rack", type=int, default=8)
-    g.add_argument("--spines", type=int, default=4)
-    g.add_argument("--gpus-per-host", type=int, default=8)
+    g.add_argument("--racks", type=_pos_int, default=32)
+    g.add_argument("--hosts-per-rack", type=_pos_int, default=8)
+    g.add_argument("--spines", type=_pos_int, default=4)
+    g.add_argument("--gpus-per-host", type=_pos_int, default=8)
     g.add_argument("--host-link-gbps", type=_positive, default=200.0)
     g.add_argument("--uplink-gbps", type=_positive, default=None)
     g.add_argument("--oversubscription", type=_positive, default=2.0)
-    g.add_argument("--jobs", type=int, default=100)
-    g.add_argument("--iterations", type=int, default=100)
+    g.add_argument("--jobs", type=_pos_int, default=100)
+    g.add_argument("--iterations", type=_pos_int, default=100)
     g.add_argument("--placement", choices=["packed", "first-fit", "fragmented"], default="first-fit")
     g.add_argument("--arrivals", type=_arrival_kind, default="none", metavar="KIND",
                    help="none, poisson, openb, or csv:FILE (any cluster trace; docs/schema.md)")

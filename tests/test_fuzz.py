@@ -269,3 +269,13 @@ def test_cli_never_tracebacks(tmp_path, i):
     out = tmp_path / "out.yaml"
     _check_cli(run_cli("simulation", "generate", str(out), "--racks", "2", "--hosts-per-rack", "2",
                        "--jobs", "2", "--arrivals", f"csv:{f}", timeout=60), made=out)
+
+
+@pytest.mark.parametrize("args", [["--racks", "0"], ["--spines", "0"], ["--jobs", "-3"],
+                                  ["--racks", "100000", "--hosts-per-rack", "100000"],
+                                  ["--arrivals", "nope"], ["--arrival-columns", "start=x"]])
+def test_cli_generate_bad_options(tmp_path, args):
+    out = tmp_path / "g.yaml"
+    r = run_cli("simulation", "generate", str(out), *args, timeout=60)
+    assert r.returncode == 2
+    _check_cli(r, made=out)

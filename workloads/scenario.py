@@ -229,15 +229,20 @@ MAX_GPUS = 1_048_576
 MAX_SPINES = 4_096
 
 
-def _check_size(c: ClusterSpec) -> None:
-    hosts = sum(c.hosts_per_rack) if isinstance(c.hosts_per_rack, list) else c.racks * c.hosts_per_rack
+def check_cluster_size(hosts: int, gpus_per_host: int, spines: int) -> None:
+    """ValueError (one line) past the limits above."""
     if hosts > MAX_HOSTS:
         raise ValueError(f"cluster: {hosts} hosts is more than this tool handles ({MAX_HOSTS})")
-    if hosts * c.gpus_per_host > MAX_GPUS:
-        raise ValueError(f"cluster: {hosts * c.gpus_per_host} GPU slots is more than this tool "
+    if hosts * gpus_per_host > MAX_GPUS:
+        raise ValueError(f"cluster: {hosts * gpus_per_host} GPU slots is more than this tool "
                          f"handles ({MAX_GPUS})")
-    if c.spines > MAX_SPINES:
-        raise ValueError(f"cluster.spines: {c.spines} is more than this tool handles ({MAX_SPINES})")
+    if spines > MAX_SPINES:
+        raise ValueError(f"cluster.spines: {spines} is more than this tool handles ({MAX_SPINES})")
+
+
+def _check_size(c: ClusterSpec) -> None:
+    hosts = sum(c.hosts_per_rack) if isinstance(c.hosts_per_rack, list) else c.racks * c.hosts_per_rack
+    check_cluster_size(hosts, c.gpus_per_host, c.spines)
 
 
 @dataclass(frozen=True)
