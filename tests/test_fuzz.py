@@ -73,6 +73,10 @@ def _paths(node, prefix=()):
 
 
 SCENARIO_PATHS = [p for p in _paths(BASE_SCENARIO) if p]
+PLAUSIBLE = st.one_of(st.integers(0, 8), st.floats(0, 500), st.sampled_from(
+    ["r0h0", "r1h1/1", "r2h0", "packed", "spread", "random", "allreduce", "alltoall", "sendrecv",
+     "1GB", "25MB", "-1MB", "gpt2-1.5b", "simai:ep_test", "simai:nope", "H100", "simulation",
+     [0], [0, 1], [], {"size": 2}, {"size": 3, "stride": 2}]))
 
 
 @st.composite
@@ -93,8 +97,8 @@ def scenario_docs(draw):
                 del node[path[-1]]
             elif action == 1 and isinstance(node, dict):
                 node[draw(st.text(max_size=8))] = draw(JSONISH)
-            else:
-                node[path[-1]] = draw(JSONISH)
+            else:   # half the time a plausible value: the parser's deeper checks get reached
+                node[path[-1]] = draw(st.one_of(JSONISH, PLAUSIBLE))
         except (KeyError, IndexError, TypeError):
             continue
     return yaml.safe_dump(doc)
