@@ -62,7 +62,7 @@ def kill_process(pid: int, start: Optional[str] = None, grace: float = 2.0) -> N
 
 
 def ovs_bridges() -> List[str]:
-    out = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True)
+    out = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True, errors="replace")
     return out.stdout.split() if out.returncode == 0 else []
 
 

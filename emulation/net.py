@@ -8,6 +8,8 @@ Everything made is recorded in an emulation.cleanup.RunState as it is made.
 """
 from __future__ import annotations
 
+import codecs
+import functools
 import json
 import os
 import shutil
@@ -27,6 +29,9 @@ from . import cleanup
 from .topo import LeafSpineTopo, check_emulable
 
 REPO = Path(__file__).resolve().parent.parent
+OFP_HEADER = 8                # version, type, length, xid
+OFPT_HELLO = 0
+OFP_VERSIONS = range(1, 7)    # OpenFlow 1.0 (0x01) ... 1.5 (0x06)
 
 
 class EmulationError(RuntimeError):
@@ -45,7 +50,7 @@ def check_stack() -> None:
             raise EmulationError(f"{tool} not found: run ./scripts/setup.sh first")
     if os.geteuid() != 0:
         raise EmulationError("the emulator needs root (network namespaces, OVS): run it with sudo")
-    r = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True)
+    r = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True, errors="replace")
     if r.returncode != 0:
         raise EmulationError("Open vSwitch is not running: run ./scripts/setup.sh first")
 
@@ -73,6 +78,84 @@ def shielded():
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def wait_openflow_hello(host: str, port: int, timeout: float, alive=None) -> bytes:
+    """Wait until an OpenFlow controller on host:port greets a new connection with a HELLO
+    (version 1-6, type 0, length >= 8); return its 8-byte header.  ``alive()`` is called
+    between attempts and may raise (e.g. the controller process died).  EmulationError if no
+    HELLO came within ``timeout`` seconds, naming what was seen last.  Nothing is decoded as
+    text: the HELLO's transaction id is arbitrary bytes."""
+    deadline = time.monotonic() + timeout
+    last = "nothing listening"
+    while True:
+        if alive is not None:
+            alive()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.create_connection((host, port), timeout=min(1.0, left)) as s:
+                s.settimeout(min(2.0, max(left, 0.1)))
+                head = b""
+                while len(head) < OFP_HEADER:
+                    chunk = s.recv(OFP_HEADER - len(head))
+                    if not chunk:
+                        break
+                    head += chunk
+        except socket.timeout:
+            last = "connected, but no OpenFlow HELLO arrived"
+        except OSError as e:
+            last = f"connect failed ({e.strerror or e})"
+        else:
+            if len(head) == OFP_HEADER:
+                version, kind, length = head[0], head[1], int.from_bytes(head[2:4], "big")
+                if version in OFP_VERSIONS and kind == OFPT_HELLO and length >= OFP_HEADER:
+                    return head
+                last = f"not an OpenFlow HELLO (header {head.hex()})"
+            else:
+                last = f"connection closed after {len(head)} bytes"
+        time.sleep(0.1)
+    raise EmulationError(f"controller on {host}:{port} did not answer with an OpenFlow HELLO "
+                         f"within {timeout:g} s: {last}")
+
+
+def _safe_decoder():
+    """Mininet decodes a node's shell output as strict UTF-8: one stray byte (a capture, a
+    binary reply) would raise UnicodeDecodeError in the middle of a run."""
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+@functools.lru_cache(maxsize=None)
+def node_classes():
+    """(host, switch, controller) Mininet classes that never fail on undecodable output, and a
+    controller that skips Mininet's telnet probe (we wait for the HELLO ourselves)."""
+    from mininet.node import Host, OVSSwitch, RemoteController
+
+    class SafeDecoding:
+        def startShell(self, *args, **kw):
+            self.decoder = _safe_decoder()
+            return super().startShell(*args, **kw)
+
+        def pexec(self, *args, **kw):
+            p = self.popen(*args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, **kw)
+            out, err = p.communicate()
+            return (out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), p.wait())
+
+    class SafeHost(SafeDecoding, Host):
+        pass
+
+    class SafeOVSSwitch(SafeDecoding, OVSSwitch):
+        pass
+
+    class CheckedController(SafeDecoding, RemoteController):
+        """Our own controller, already checked with wait_openflow_hello()."""
+
+        def checkListening(self):
+            return
+
+    return SafeHost, SafeOVSSwitch, CheckedController
 
 
 class EmulatedCluster:
@@ -139,19 +222,21 @@ class EmulatedCluster:
             cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.state.add_process(self.controller_proc.pid, "controller")
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.controller_proc.poll() is not None:
-                raise EmulationError(f"controller exited with code {self.controller_proc.returncode}; "
+        deadline = time.monotonic() + 30
+        while not self.status_path.exists():    # the app is up (it writes its status) ...
+            self._controller_alive()
+            if time.monotonic() > deadline:
+                raise EmulationError("controller did not start within 30 s; "
                                      f"see {self.run_dir / 'controller.log'}")
-            if self.status_path.exists():
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                        return
-                except OSError:
-                    pass
             time.sleep(0.1)
-        raise EmulationError("controller did not start listening within 30 s")
+        # ... and greets an OpenFlow connection: read its HELLO ourselves
+        wait_openflow_hello("127.0.0.1", self.port, max(deadline - time.monotonic(), 5.0),
+                            alive=self._controller_alive)
+
+    def _controller_alive(self) -> None:
+        if self.controller_proc is not None and self.controller_proc.poll() is not None:
+            raise EmulationError(f"controller exited with code {self.controller_proc.returncode}; "
+                                 f"see {self.run_dir / 'controller.log'}")
 
     def stop_controller(self) -> None:
         if self.controller_proc is not None:
@@ -162,15 +247,16 @@ class EmulatedCluster:
         from mininet.log import setLogLevel
         from mininet.link import TCLink
         from mininet.net import Mininet
-        from mininet.node import OVSSwitch, RemoteController
 
         setLogLevel("critical" if self.quiet else "info")
+        host_cls, switch_cls, controller_cls = node_classes()
         topo = LeafSpineTopo(cluster=self.cluster, emu=self.emu)
         # record the bridges and veths before they exist, so an interrupted build is cleaned too
         self.state.add_bridges(topo.switches())
-        self.net = Mininet(topo=topo, switch=OVSSwitch, link=TCLink, controller=None,
+        self.net = Mininet(topo=topo, host=host_cls, switch=switch_cls, link=TCLink, controller=None,
                            autoSetMacs=False, build=False, waitConnected=False)
-        self.net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.port)
+        # the controller answered an OpenFlow HELLO in start_controller(): no telnet probe here
+        self.net.addController("c0", controller=controller_cls, ip="127.0.0.1", port=self.port)
         self.net.build()
         self.state.add_links(i.name for sw in self.net.switches for i in sw.intfList() if i.name != "lo")
         self.net.start()

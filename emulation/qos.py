@@ -67,7 +67,7 @@ def install_classes(devs: Iterable[str], mbps: float, num_classes: int, run=None
                 if out:
                     raise RuntimeError(f"{' '.join(cmd)}: {out}")
                 continue
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
             if r.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
 
@@ -80,7 +80,7 @@ def install_classes_map(devs: Dict[str, float], num_classes: int) -> None:
 
 def class_bytes(dev: str) -> dict:
     """Bytes sent per class on an interface (from `tc -s class show`)."""
-    out = subprocess.run(["tc", "-s", "class", "show", "dev", dev], capture_output=True, text=True).stdout
+    out = subprocess.run(["tc", "-s", "class", "show", "dev", dev], capture_output=True, text=True, errors="replace").stdout
     res, cur = {}, None
     for line in out.splitlines():
         parts = line.split()

@@ -40,14 +40,16 @@ def measure_flows(ec: EmulatedCluster, pairs: List[Tuple[str, str]], seconds: fl
         port = FLOW_PORT_BASE + i
         servers.append(ec.popen(dst, [py, "-m", "emulation.tcpflow", "serve", "--port", str(port),
                                       "--seconds", str(seconds), "--skip", str(skip)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace"))
     time.sleep(0.3)
     for i, (src, dst) in enumerate(pairs):
         args = [py, "-m", "emulation.tcpflow", "send", "--to", ec.cluster.host_ip(dst),
                 "--port", str(FLOW_PORT_BASE + i), "--seconds", str(seconds + 0.5)]
         if cc:
             args += ["--cc", cc]
-        clients.append(ec.popen(src, args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        clients.append(ec.popen(src, args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                errors="replace"))
     # the flows are live: read the controller's per-flow spine choice now
     time.sleep(min(1.0, seconds / 2))
     flows = ec.controller_status().get("flows", [])

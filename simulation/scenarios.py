@@ -18,6 +18,13 @@ SCENARIOS = {
                            "--arrivals poisson --mean-interarrival 2 --seed 2 --epoch 2",
     "sim-lingjun-openb": "--topology lingjun --jobs 200 --iterations 50 --placement fragmented "
                          "--arrivals openb --mean-interarrival 2 --seed 3 --epoch 2",
+    # any cluster trace: OpenB's multi-GPU tasks read as a plain CSV (their sizes and times)
+    "sim-csv-openb": "--topology leaf-spine --racks 8 --hosts-per-rack 8 --spines 2 --gpus-per-host 2 "
+                     "--jobs 20 "
+                     "--iterations 30 --placement first-fit "
+                     "--arrivals csv:simulation/data/openb2023/openb_gpu_tasks.csv "
+                     "--arrival-columns start=creation_time,end=deletion_time,gpus=num_gpu "
+                     "--arrival-min-gpus 2 --mean-interarrival 1 --seed 4 --epoch 2",
 }
 
 

@@ -6,12 +6,14 @@
 * Models: the zoo (``workloads.zoo``) when it knows models, else the synthetic data-parallel
   profiles of ``SYNTHETIC_MODELS`` (parameter counts of well-known models, gradient bytes per
   parameter, per-iteration compute time on an A100 at a typical per-GPU batch).
-* Arrivals: all at 0, a Poisson process, or the real submission times of GPU tasks in the
-  Alibaba OpenB trace (``simulation/data/openb2023``; see its PROVENANCE.md): consecutive
-  creation times of GPU tasks from a seed-chosen point of the trace, their gaps rescaled so
-  that the mean gap is ``mean_interarrival_s`` (the trace's mean gap is ~418 s; our jobs run
-  for seconds to minutes).  The trace's own GPU counts are not used as job sizes: 99 % of its
-  tasks use one GPU or less (caveat in the provenance).
+* Arrivals: all at 0, a Poisson process, or a cluster trace (``simulation.arrivals``):
+  ``csv:FILE`` reads any CSV of jobs (start times, optional ends and GPU requests, which then
+  become the job sizes); ``openb`` is the shipped Alibaba OpenB trace
+  (``simulation/data/openb2023``; see its PROVENANCE.md): consecutive creation times of GPU
+  tasks from a seed-chosen point of the trace, their gaps rescaled so that the mean gap is
+  ``mean_interarrival_s`` (the trace's mean gap is ~418 s; our jobs run for seconds to
+  minutes).  OpenB's own GPU counts are not used as job sizes: 99 % of its tasks use one GPU
+  or less (caveat in the provenance).
 * Placements, as explicit slots: ``packed`` (jobs largest first; a job takes whole free
   hosts in as few racks as possible, best fit; a sub-host remainder goes on a partly used
   host), ``first-fit`` (jobs in order; whole free hosts in cluster order, so jobs straddle
@@ -30,9 +32,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from workloads.cluster import Cluster, ClusterSpec
 from workloads.scenario import Scenario, ScenarioError, dump_scenario, parse_scenario
 
+from . import arrivals as traces
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
-OPENB_TASKS = DATA_DIR / "openb2023" / "openb_gpu_tasks.csv"
-OPENB_WINDOW_START_S = 9_964_972      # first deletion in the trace: before it only 33 long-lived tasks
+OPENB_TASKS = traces.OPENB_TASKS
 
 
 @dataclass(frozen=True)
@@ -149,17 +152,17 @@ def pick_model(size: int, rng: random.Random, zoo: Sequence[str] = (), gpu: str 
 
 def openb_arrival_gaps() -> List[float]:
     """Gaps (s) between consecutive creations of GPU tasks inside the trace's main window."""
-    times = []
-    with open(OPENB_TASKS, newline="") as f:
-        for row in csv.DictReader(f):
-            t = float(row["creation_time"])
-            if t >= OPENB_WINDOW_START_S:
-                times.append(t)
-    times.sort()
-    return [b - a for a, b in zip(times, times[1:])]
+    tr, _ = traces.load("openb")
+    return [b.start_s - a.start_s for a, b in zip(tr.jobs, tr.jobs[1:])]
+
+
+def is_trace(kind: str) -> bool:
+    return kind in traces.PRESETS or kind.startswith("csv:")
 
 
 def arrivals(n: int, kind: str, rng: random.Random, mean_interarrival_s: float = 1.0) -> List[float]:
+    """Arrival times of ``n`` jobs: 'none', 'poisson', or a trace ('openb', 'csv:FILE') with
+    its gaps scaled to a mean of ``mean_interarrival_s``."""
     if kind == "none" or n == 0:
         return [0.0] * n
     if kind == "poisson":
@@ -168,20 +171,13 @@ def arrivals(n: int, kind: str, rng: random.Random, mean_interarrival_s: float =
             out.append(t)
             t += rng.expovariate(1.0 / mean_interarrival_s)
         return out
-    if kind in ("openb", "trace"):
-        gaps = openb_arrival_gaps()
-        if len(gaps) < n:
-            raise ScenarioError(f"the OpenB trace has only {len(gaps) + 1} GPU-task arrivals")
-        start = rng.randrange(0, len(gaps) - n + 2)
-        window = gaps[start:start + n - 1]
-        mean = sum(gaps) / len(gaps)
-        scale = mean_interarrival_s / mean
-        out, t = [0.0], 0.0
-        for g in window:
-            t += g * scale
-            out.append(t)
-        return out
-    raise ScenarioError(f"arrivals: unknown kind {kind!r} (none, poisson, openb)")
+    if kind == "trace":
+        kind = "openb"
+    if is_trace(kind):
+        tr, _ = traces.load(kind)
+        return traces.sample(tr, n, rng, capacity_gpus=1, mean_interarrival_s=mean_interarrival_s,
+                             sizes_from_trace=False).times
+    raise ScenarioError(f"arrivals: unknown kind {kind!r} (none, poisson, openb, csv:FILE)")
 
 
 # ---------------------------------------------------------------------------
@@ -282,13 +278,31 @@ def generate(spec: ClusterSpec, n_jobs: int, iterations: int = 100, seed: int = 
              name: str = "sim-mix", fill: float = 0.95, epoch_s: float = 2.0,
              use_zoo: bool = True, description: str = "",
              policies: Optional[List[str]] = None,
-             models: Optional[Sequence[str]] = None) -> Scenario:
-    """A validated Scenario (backend: simulation) of ``n_jobs`` jobs on ``spec``."""
+             models: Optional[Sequence[str]] = None,
+             trace: Optional["traces.ArrivalTrace"] = None,
+             trace_gpus: Optional[float] = None) -> Scenario:
+    """A validated Scenario (backend: simulation) of ``n_jobs`` jobs on ``spec``.  With a trace
+    (``arrival`` 'openb' or 'csv:FILE'; ``trace`` if already read) ``mean_interarrival_s``
+    None keeps the trace's arrival rate per GPU (simulation.arrivals)."""
     rng = random.Random(f"harmonics-sim/{seed}")
     cap = Cluster(spec).num_gpus
     sizes = draw_sizes(n_jobs, cap, rng, fill)
     zoo = _zoo_models() if use_zoo else []
-    arr = arrivals(n_jobs, arrival, rng, mean_interarrival_s)
+    arrival_note = arrival
+    if is_trace(arrival):
+        preset = traces.PRESETS.get(arrival, traces.Preset(Path(arrival[4:])))
+        if trace is None:
+            trace, preset = traces.load(arrival)
+        smp = traces.sample(trace, n_jobs, rng, cap, mean_interarrival_s, trace_gpus, fill,
+                            sizes_from_trace=preset.sizes_from_trace)
+        arr = smp.times
+        if smp.sizes is not None:
+            sizes = smp.sizes
+        if arrival not in traces.PRESETS:   # presets keep their short note (mean gap below)
+            arrival_note = (f"csv:{trace.path.name} from line {smp.first_line}, {smp.rule}"
+                            + (f", {smp.shrunk} jobs halved to fit" if smp.shrunk else ""))
+    else:
+        arr = arrivals(n_jobs, arrival, rng, 1.0 if mean_interarrival_s is None else mean_interarrival_s)
     picks = [pick_model(sizes[i], rng, zoo, spec.gpu, models) for i in range(n_jobs)]
     pool = SlotPool(spec)
     # packed: the big jobs first (as a scheduler packing a batch would); otherwise job order
@@ -319,11 +333,13 @@ def generate(spec: ClusterSpec, n_jobs: int, iterations: int = 100, seed: int = 
         jobs.append(j)
     used = sum(sizes)
     kinds = "zoo models" if zoo else "synthetic data-parallel profiles"
+    csv_trace = arrival.startswith("csv:")
+    size_kind = "trace" if csv_trace and trace.has_sizes else "heavy-tailed"
     desc = description or (
         f"Generated by simulation.workload.generate: {n_jobs} jobs on {used} of {cap} GPUs "
-        f"({spec.racks} racks, {spec.spines} spines), {kinds}, heavy-tailed sizes "
-        f"(mean {used / max(n_jobs, 1):.1f} GPUs), {placement} placement, arrivals: {arrival}"
-        + (f" (mean gap {mean_interarrival_s} s)" if arrival != "none" else "")
+        f"({spec.racks} racks, {spec.spines} spines), {kinds}, {size_kind} sizes "
+        f"(mean {used / max(n_jobs, 1):.1f} GPUs), {placement} placement, arrivals: {arrival_note}"
+        + (f" (mean gap {mean_interarrival_s} s)" if arrival != "none" and not csv_trace else "")
         + f", {iterations} iterations each, seed {seed}.")
     data = {
         "name": name, "description": desc, "backend": "simulation",

@@ -38,14 +38,15 @@ def test_every_shipped_file_imports(path):
         for c in (r.fwd, r.ig, r.wg):
             if c is not None and c.bytes > 0:
                 want[c.op] = want.get(c.op, 0.0) + c.bytes
-    pp = 2 * wl.ga * wl.pp_comm if wl.pp > 1 else 0
+    pp = 2 * wl.ga * wl.vpp * wl.pp_comm if wl.pp > 1 else 0
     if pp:
         want["sendrecv"] = pp
     assert simai.summarize(prof)["bytes"] == pytest.approx(want)
     # compute: ticks are nanoseconds
     ticks = sum(float(l.split()[i]) for l in path.read_text().splitlines()[2:] if l.strip()
                 for i in (2, 5, 8))
-    assert prof.compute_s == pytest.approx(ticks * 1e-9, rel=1e-9, abs=1e-12)
+    # plus the pipeline bubble, (pp-1)/(ga*vpp) of it
+    assert prof.compute_s == pytest.approx(ticks * 1e-9 * (1 + wl.bubble_fraction), rel=1e-9, abs=1e-12)
     for c in prof.collectives:
         assert 0.0 <= c.overlap <= 1.0
         collective_flows(c, wl.world())  # groups tile the job
@@ -72,7 +73,7 @@ def test_pipeline_and_expert_groups():
     prof = simai.import_file(simai.DATA_DIR / "workload_gpt13b_128g.txt")
     sr = [c for c in prof.collectives if c.op == "sendrecv"]
     assert len(sr) == 2 and all(c.group.size == 2 and c.group.stride == 64 for c in sr)
-    assert sr[0].bytes == 16 * 2621440
+    assert sr[0].bytes == 16 * 20 * 2621440     # ga x vpp micro-batch chunks of pp_comm
     ep = simai.import_file(simai.DATA_DIR / "workload_ep_test.txt")
     a2a = {(c.group.size, c.group.stride) for c in ep.collectives if c.op == "alltoall"}
     assert a2a == {(4, 1), (4, 4)}          # TP group and EP group
@@ -109,11 +110,12 @@ def test_truncated_row_is_one_clear_line(tmp_path):
     assert str(e.value) == "workload_gpt7b_64g.txt line 57: expected 12 fields, got 5"
 
 
-def test_file_ending_early(tmp_path):
+def test_file_ending_early_imports_the_rows_present(tmp_path):
     lines = (simai.DATA_DIR / "workload_gpt7b_64g.txt").read_text().splitlines()
     p = _write(tmp_path, "cut.txt", "\n".join(lines[:100]) + "\n")
-    msg = str(pytest.raises(ScenarioError, simai.parse_file, p).value)
-    assert msg == "cut.txt line 101: expected 1058 layer rows (line 2), file ends after 98"
+    wl = simai.parse_file(p)
+    assert len(wl.rows) == 98 and wl.warnings == [
+        "cut.txt: header declares 1058 layer rows (line 2) but 98 are present; imported the 98 present"]
 
 
 @pytest.mark.parametrize("text, where", [
@@ -125,8 +127,7 @@ def test_file_ending_early(tmp_path):
     ("MICRO\n1\nx -1 1 NONE 0 1 NONE 0 1 ALLREDUCE -5 1\n", "line 3: weight-grad comm size must be a non-negative"),
     ("MICRO\n1\nx -1 1 NONE 0 1 NONE 0 1 SHUFFLE 5 1\n", "line 3: unknown weight-grad comm type 'SHUFFLE'"),
     ("MICRO\n1\nx -1 abc NONE 0 1 NONE 0 1 NONE 0 1\n", "line 3: forward compute time must be a number"),
-    ("MICRO\n1\nx -1 1 NONE 0 1 NONE 0 1 NONE 0 1\ny -1 1 NONE 0 1 NONE 0 1 NONE 0 1\n",
-     "line 4: more layer rows than the 1 declared"),
+    ("MICRO\n1\n", "no layer row"),
     ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 2 pp: 2\n1\n", "pp_comm"),
 ])
 def test_malformed_files(tmp_path, text, where):

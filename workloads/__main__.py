@@ -44,11 +44,12 @@ def _profile_lines(p: Profile, n: Optional[int] = None) -> List[str]:
 
 
 def _cmd_import(a) -> int:
-    from .simai import describe, parse_file, to_profile
+    from .simai import describe, parse_file, report_warnings, to_profile
     from .zoo import _LLM_H100_SPEEDUP, PEAK_FLOPS
     if a.gpu not in PEAK_FLOPS:
         raise ScenarioError(f"--gpu: no compute times for {a.gpu!r} (known: {', '.join(PEAK_FLOPS)})")
     wl = parse_file(a.file)
+    report_warnings(wl)
     scale = 1.0 if a.gpu == "A100" else 1.0 / _LLM_H100_SPEEDUP
     prof = to_profile(wl, a.workers, compute_scale=scale)
     print(describe(wl, a.workers))

@@ -20,8 +20,20 @@ from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFl
 from .cluster import Cluster, ClusterSpec, parse_host
 
 
+# every character str.splitlines() breaks at, shown escaped in messages
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks escaped (input from files may hold any character)."""
+    return text.translate(_LINE_BREAKS)
+
+
 class ScenarioError(ValueError):
     """A scenario that is malformed or impossible.  str() is one line naming the field."""
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
@@ -126,6 +138,8 @@ class JobSpec(_Strict):
     def _profile(self):
         if self.profile is None and self.model is None:
             raise ValueError("give a profile or a model")
+        if self.placement.slots is not None and not self.placement.slots:
+            raise ValueError("placement.slots is empty (a job needs at least one worker)")
         if self.workers is None and self.placement.slots is None:
             raise ValueError("workers is required unless placement lists slots")
         if self.workers is not None and self.placement.slots is not None \
@@ -220,6 +234,7 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _names(self):
+        _check_size(self.cluster)
         for i, e in enumerate(self.events):
             if e.link is not None:
                 r, sp = (int(x) for x in e.link[3:].split("-sp"))
@@ -231,6 +246,30 @@ class Scenario(_Strict):
                 raise ValueError(f"job name {j.name!r} used twice")
             seen.add(j.name)
         return self
+
+
+# Bounds far above any cluster the tools are meant for (the largest shipped scenario has 847
+# hosts and 6,776 GPUs): past them a typo such as racks: 1e12 would exhaust memory instead
+# of being reported.
+MAX_HOSTS = 131_072
+MAX_GPUS = 1_048_576
+MAX_SPINES = 4_096
+
+
+def check_cluster_size(hosts: int, gpus_per_host: int, spines: int) -> None:
+    """ValueError (one line) past the limits above."""
+    if hosts > MAX_HOSTS:
+        raise ValueError(f"cluster: {hosts} hosts is more than this tool handles ({MAX_HOSTS})")
+    if hosts * gpus_per_host > MAX_GPUS:
+        raise ValueError(f"cluster: {hosts * gpus_per_host} GPU slots is more than this tool "
+                         f"handles ({MAX_GPUS})")
+    if spines > MAX_SPINES:
+        raise ValueError(f"cluster.spines: {spines} is more than this tool handles ({MAX_SPINES})")
+
+
+def _check_size(c: ClusterSpec) -> None:
+    hosts = sum(c.hosts_per_rack) if isinstance(c.hosts_per_rack, list) else c.racks * c.hosts_per_rack
+    check_cluster_size(hosts, c.gpus_per_host, c.spines)
 
 
 @dataclass(frozen=True)
@@ -273,15 +312,20 @@ def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
 def load_scenario(path: Union[str, Path]) -> Scenario:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{path}: not a UTF-8 text file (byte {e.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', e)})") from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise ScenarioError(f"{path}:{where} not valid YAML ({problem})") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid YAML (nested too deeply)") from None
     return parse_scenario(data, str(path))
 
 
@@ -425,7 +469,7 @@ def resolve(sc: Scenario) -> ResolvedScenario:
 
 def _check_group(g: Group, n: int, where: str) -> None:
     size = g.size or n
-    if size > n or n % (size * g.stride) != 0:
+    if n < 1 or size > n or n % (size * g.stride) != 0:
         raise ScenarioError(f"{where}: groups of {size} with stride {g.stride} do not tile {n} workers")
 
 

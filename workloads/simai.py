@@ -22,14 +22,25 @@ rows in reverse, input-gradient then weight-gradient per row):
 
   1. compute  = sum of forward times
   2. forward collectives, one phase per (op, group), bytes summed, overlap 0 (blocking in SimAI)
-  3. pipeline send of ga * pp_comm bytes to the next stage (pp > 1)
+  3. pipeline send of ga * vpp * pp_comm bytes to the next stage (pp > 1): every micro-batch
+     (ga of them) crosses each of the stage's vpp virtual-stage boundaries once, as in
+     SimAI-analytical's exposed pipeline time (2 * vpp * ga * pp_comm per iteration)
   4. input-gradient collectives, one per (op, group), overlap 0 (blocking in SimAI)
-  5. pipeline send of the activation gradients, ga * pp_comm bytes (pp > 1)
+  5. pipeline send of the activation gradients, ga * vpp * pp_comm bytes (pp > 1)
   6. compute  = sum of input-gradient + weight-gradient times
+  6b. pipeline bubble (pp > 1): compute-free idle time of (pp - 1) / (ga * vpp) times the
+     iteration's compute (the interleaved 1F1B bubble fraction SimAI-analytical uses)
   7. weight-gradient collectives, one per (op, group); ``overlap`` = byte-weighted mean of
      the fraction of step 6 that is still to run when SimAI issues them (they are
      non-blocking there and run alongside the rest of the backward pass); most-overlapped
      first, since engines apply ``overlap`` to the collective right after a compute phase
+
+Numbers are read as leniently as SimAI reads them (``std::stoi`` stops at a decimal point):
+an integer field may be written as an integral float or in scientific notation
+(``pp_comm: 8388608.0``, ``ga: 1.6e1``); a fractional value where an integer is expected is an
+error.  When line 2's row count disagrees with the rows present, the rows present are
+imported and ``SimAIWorkload.warnings`` holds one line naming both numbers (printed once per
+file by ``report_warnings``); only a file with no layer row at all is refused.
 
 Blocking collectives sit on the critical path wherever they are placed, so moving them out
 of the backward pass (steps 2-5) keeps the iteration time of a bandwidth model while letting
@@ -38,15 +49,17 @@ the overlapped gradient collectives directly follow the compute they overlap.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from .scenario import Collective, Compute, Group, Profile, ScenarioError
+from .scenario import Collective, Compute, Group, Profile, ScenarioError, one_line
 
 TICK_S = 1e-9          # one SimAI tick = 1 ns
 DATA_DIR = Path(__file__).resolve().parent / "data" / "simai"
 N_FIELDS = 12
+MAX_PARALLEL = 1 << 24  # bound on tp, ep, pp, vpp, ga, all_gpus (far above any real job)
 
 # Short names for the shipped files (``simai:<name>`` in a scenario's ``model:``).  The file
 # stem without its ``workload_``/``aicb_`` prefix, lower-cased, is accepted as well.
@@ -116,6 +129,13 @@ class SimAIWorkload:
     all_gpus: Optional[int] = None
     pp_comm: float = 0.0
     rows: List[LayerRow] = field(default_factory=list)
+    declared_rows: Optional[int] = None     # line 2's count (None: the file has no count line)
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Pipeline bubble as a fraction of the iteration's compute: (pp-1) / (ga * vpp)."""
+        return (self.pp - 1) / (self.ga * self.vpp) if self.pp > 1 else 0.0
 
     @property
     def name(self) -> str:
@@ -139,15 +159,33 @@ def _err(path: Path, line: int, msg: str) -> SimAIError:
     return SimAIError(f"{path.name} line {line}: {msg}")
 
 
-def _int(path: Path, line: int, key: str, tok: Optional[str], minimum: int) -> int:
+def parse_integer(tok: str) -> Optional[int]:
+    """``tok`` as an integer, also when written as an integral float or in scientific
+    notation ('8388608.0', '1e6', '4.0E+1'); None if it is not a finite integral number."""
+    try:
+        return int(tok)
+    except ValueError:
+        pass
+    try:
+        v = float(tok)
+    except ValueError:
+        return None
+    if not math.isfinite(v) or v != math.floor(v):
+        return None
+    return int(v)
+
+
+def _int(path: Path, line: int, key: str, tok: Optional[str], minimum: int,
+         maximum: Optional[int] = None) -> int:
     if tok is None:
         raise _err(path, line, f"{key} has no value")
-    try:
-        v = int(tok)
-    except ValueError:
-        raise _err(path, line, f"{key} must be an integer, got {tok!r}") from None
+    v = parse_integer(tok)
+    if v is None:
+        raise _err(path, line, f"{key} must be an integer, got {tok!r}")
     if v < minimum:
-        raise _err(path, line, f"{key} must be at least {minimum}, got {v}")
+        raise _err(path, line, f"{key} must be at least {minimum}, got {tok}")
+    if maximum is not None and v > maximum:
+        raise _err(path, line, f"{key} must be at most {maximum}, got {tok}")
     return v
 
 
@@ -209,34 +247,31 @@ def parse_file(path: Union[str, Path]) -> SimAIWorkload:
         if key in _INT_KEYS:
             nxt = toks[i + 1] if i + 1 < len(toks) else None
             minimum = 0 if key in ("pp_comm",) else 1
-            v = _int(path, 1, key, nxt, minimum)
+            v = _int(path, 1, key, nxt, minimum, None if key == "pp_comm" else MAX_PARALLEL)
             setattr(wl, _INT_KEYS[key], float(v) if key == "pp_comm" else v)
     if wl.pp > 1 and wl.pp_comm == 0:
         raise _err(path, 1, f"pp is {wl.pp} but pp_comm (bytes between stages) is missing or 0")
     if len(lines) < 2 or not lines[1].strip():
         raise _err(path, 2, "expected the number of layer rows, file ends")
-    try:
-        count = int(lines[1].strip())
-    except ValueError:
-        raise _err(path, 2, f"expected the number of layer rows, got {lines[1].strip()!r}") from None
-    if count < 1:
-        raise _err(path, 2, f"number of layer rows must be at least 1, got {count}")
+    count_toks = lines[1].split()
+    first_row = 3
+    if len(count_toks) == N_FIELDS:     # no count line: the rows start on line 2
+        count, first_row = None, 2
+    else:
+        count = parse_integer(count_toks[0]) if len(count_toks) == 1 else None
+        if count is None:
+            raise _err(path, 2, f"expected the number of layer rows, got {lines[1].strip()!r}")
 
     rows: List[LayerRow] = []
-    lineno = 2
-    for lineno in range(3, len(lines) + 1):
+    for lineno in range(first_row, len(lines) + 1):
         raw = lines[lineno - 1]
         if not raw.strip():
             continue
-        if len(rows) == count:
-            raise _err(path, lineno, f"more layer rows than the {count} declared on line 2")
         f = raw.split()
         if len(f) != N_FIELDS:
             raise _err(path, lineno, f"expected {N_FIELDS} fields, got {len(f)}")
-        try:
-            int(f[1])
-        except ValueError:
-            raise _err(path, lineno, f"dependency must be an integer, got {f[1]!r}") from None
+        if parse_integer(f[1]) is None:
+            raise _err(path, lineno, f"dependency must be an integer, got {f[1]!r}")
         rows.append(LayerRow(
             line=lineno, name=f[0],
             fwd_s=_number(path, lineno, "forward compute time", f[2]) * TICK_S,
@@ -247,11 +282,29 @@ def parse_file(path: Union[str, Path]) -> SimAIWorkload:
             wg=_comm(path, lineno, "weight-grad", f[9], f[10], policy),
         ))
         _number(path, lineno, "update time", f[11])
-    if len(rows) < count:
-        raise _err(path, lineno + 1 if rows else 3,
-                   f"expected {count} layer rows (line 2), file ends after {len(rows)}")
-    wl.rows = rows
+    if not rows:
+        raise _err(path, len(lines) + 1, "no layer row (expected rows of 12 fields after the "
+                                         "row count on line 2)")
+    wl.rows, wl.declared_rows = rows, count
+    if count is None:
+        wl.warnings.append(f"{path.name}: line 2 holds a layer row, not the row count; "
+                           f"imported the {len(rows)} rows present")
+    elif count != len(rows):
+        wl.warnings.append(f"{path.name}: header declares {count} layer rows (line 2) but "
+                           f"{len(rows)} are present; imported the {len(rows)} present")
     return wl
+
+
+_REPORTED: set = set()
+
+
+def report_warnings(wl: SimAIWorkload, stream=None) -> None:
+    """Print each of ``wl``'s warnings once per process ('warning: ...', one line each)."""
+    for w in wl.warnings:
+        key = (str(wl.path.resolve()), w)
+        if key not in _REPORTED:
+            _REPORTED.add(key)
+            print(f"warning: {one_line(w)}", file=stream or sys.stderr)
 
 
 # ---------------------------------------------------------------------------
@@ -320,13 +373,16 @@ def to_profile(wl: SimAIWorkload, workers: Optional[int] = None,
     fwd_s = sum(r.fwd_s for r in wl.rows) * compute_scale
     phases: list = [Compute(op="compute", seconds=round(fwd_s, 12))]
     phases += [Collective(op=op, bytes=b, group=groups[s]) for (op, s), b in fwd.items()]
-    pp_bytes = wl.pp_comm * wl.ga if wl.pp > 1 else 0.0
+    pp_bytes = wl.pp_comm * wl.ga * wl.vpp if wl.pp > 1 else 0.0
     if pp_bytes:
         phases.append(Collective(op="sendrecv", bytes=pp_bytes, group=groups["pp"]))
     phases += [Collective(op=op, bytes=b, group=groups[s]) for (op, s), b in ig.items()]
     if pp_bytes:
         phases.append(Collective(op="sendrecv", bytes=pp_bytes, group=groups["pp"]))
     phases.append(Compute(op="compute", seconds=round(bwd_total * compute_scale, 12)))
+    bubble = (sum(r.fwd_s for r in wl.rows) + bwd_total) * compute_scale * wl.bubble_fraction
+    if bubble > 0:   # pipeline bubble: the stage idles, no traffic of this job
+        phases.append(Compute(op="compute", seconds=round(bubble, 12)))
     wg = [(round(min(max(wg_weighted[k] / b, 0.0), 1.0), 4), i, k, b)
           for i, (k, b) in enumerate(wg_bytes.items())]
     for ov, _, k, b in sorted(wg, key=lambda t: (-t[0], t[1])):  # most-overlapped first
@@ -359,7 +415,9 @@ def shipped() -> List[Path]:
 
 def import_file(path: Union[str, Path], workers: Optional[int] = None,
                 compute_scale: float = 1.0) -> Profile:
-    return to_profile(parse_file(path), workers, compute_scale)
+    wl = parse_file(path)
+    report_warnings(wl)
+    return to_profile(wl, workers, compute_scale)
 
 
 # ---------------------------------------------------------------------------
@@ -379,5 +437,6 @@ def describe(wl: SimAIWorkload, workers: Optional[int] = None) -> str:
     n = wl.world(workers)
     dp = n // (wl.tp * wl.pp) if n % (wl.tp * wl.pp) == 0 else None
     return (f"{wl.name}: {wl.policy}, {len(wl.rows)} layer rows, TP={wl.tp} PP={wl.pp} "
-            f"EP={wl.ep} GA={wl.ga} all_gpus={wl.all_gpus or '-'}; mapped to {n} workers"
+            f"VPP={wl.vpp} EP={wl.ep} GA={wl.ga} all_gpus={wl.all_gpus or '-'}; "
+            f"mapped to {n} workers"
             + (f" (DP={dp})" if dp else ""))
