@@ -68,6 +68,7 @@ _SCOPES: Dict[str, Tuple[Optional[str], Optional[str], Optional[str]]] = {
     "ALL": ("all", "all", "all"),
 }
 KINDS = ("forward", "input-grad", "weight-grad")
+_LB = "last bottom-MLP layer"
 
 
 class AstraError(ScenarioError):
@@ -130,9 +131,12 @@ class Mapping:
 # Parsing
 # ---------------------------------------------------------------------------
 
-def _err(path: Path, line: int, msg: str, fld: Optional[int] = None) -> AstraError:
-    where = f" field {fld} ({_FIELDS[fld - 1]})" if fld and fld <= len(_FIELDS) else \
-        (f" field {fld}" if fld else "")
+def _err(path: Path, line: int, msg: str, fld: Optional[int] = None,
+         what: Optional[str] = None) -> AstraError:
+    """'<file> line L field F (what): msg'; row fields are named from ``_FIELDS``."""
+    if what is None and fld and line >= 3 and fld <= len(_FIELDS):
+        what = _FIELDS[fld - 1]
+    where = (f" field {fld}" + (f" ({what})" if what else "")) if fld else ""
     return AstraError(f"{path.name} line {line}{where}: {msg}")
 
 
@@ -179,12 +183,11 @@ def _header(path: Path, toks: List[str], wl: AstraWorkload) -> None:
     if wl.policy in ("HYBRID_DLRM", "HYBRID_DLRM_ENHANCED"):
         if len(toks) < 2:
             raise _err(path, 1, f"{wl.policy} needs the index of the last bottom-MLP layer "
-                                f"after the keyword", 2)
+                                f"after the keyword", 2, _LB)
         try:
             wl.last_bottom = int(toks[1])
         except ValueError:
-            raise _err(path, 1, f"last bottom-MLP layer must be an integer, got {toks[1]!r}",
-                       2) from None
+            raise _err(path, 1, f"must be an integer, got {toks[1]!r}", 2, _LB) from None
         i = 2
     while i < len(toks):
         key = toks[i].rstrip(":")
@@ -193,8 +196,8 @@ def _header(path: Path, toks: List[str], wl: AstraWorkload) -> None:
                                 f"only npus_per_package: P)", i + 1)
         nxt = toks[i + 1] if i + 1 < len(toks) else ""
         if not nxt.isdigit() or int(nxt) < 1:
-            raise _err(path, 1, f"npus_per_package must be a positive integer, got {nxt!r}",
-                       i + 2)
+            raise _err(path, 1, f"must be a positive integer, got {nxt!r}", i + 2,
+                       "npus_per_package")
         wl.package = int(nxt)
         i += 2
 
@@ -228,11 +231,12 @@ def parse_file(path: Union[str, Path]) -> AstraWorkload:
         last = lineno
         if len(wl.rows) == count:
             raise _err(path, lineno, f"more layer rows than the {count} declared on line 2")
-        if len(f) != n_fields:
-            what = "missing" if len(f) < n_fields else "unexpected"
-            raise _err(path, lineno, f"{what}: a {wl.policy} row has {n_fields} fields, "
-                                     f"this one has {len(f)}", min(len(f), n_fields) + 1
-                       if len(f) < n_fields else n_fields + 1)
+        if len(f) < n_fields:
+            raise _err(path, lineno, f"missing: a {wl.policy} row has {n_fields} fields, this one "
+                                     f"has {len(f)}", len(f) + 1)
+        if len(f) > n_fields:
+            raise _err(path, lineno, f"unexpected: a {wl.policy} row has {n_fields} fields, this "
+                                     f"one has {len(f)}", n_fields + 1, "")
         try:
             int(f[1])
         except ValueError:
@@ -256,7 +260,7 @@ def parse_file(path: Union[str, Path]) -> AstraWorkload:
                                    f"{len(wl.rows)}")
     if wl.last_bottom is not None and not 1 <= wl.last_bottom <= count - 2:
         raise _err(path, 1, f"must be between 1 and {count - 2} (rows are numbered from 0 and "
-                            f"at least one top layer must follow), got {wl.last_bottom}", 2)
+                            f"at least one top layer must follow), got {wl.last_bottom}", 2, _LB)
     return wl
 
 
