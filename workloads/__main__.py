@@ -137,6 +137,8 @@ def _cmd_models(a) -> int:
               f"TP={e.tp} PP={e.pp} EP={e.ep}; {e.batch_note}")
     from .simai import ALIASES
     print("SimAI: " + ", ".join(f"simai:{k}" for k in sorted(ALIASES)))
+    from .astra import shipped
+    print("ASTRA-sim samples: " + ", ".join(f"simai:{f.stem}" for f in shipped()))
     return 0
 
 
