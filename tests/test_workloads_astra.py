@@ -255,3 +255,16 @@ def test_scenario_names_a_sample():
         "cluster": {"racks": 1, "hosts_per_rack": 2, "host_link_gbps": 100, "uplink_gbps": 100},
         "jobs": [{"name": "d", "model": "simai:dlrm_hybridparallel", "workers": 2, "iterations": 1}]}))
     assert {c.op for c in rs.jobs[0].profile.collectives} == {"alltoall", "allreduce"}
+
+
+@pytest.mark.parametrize("name", ["astra-dlrm", "astra-customized"])
+def test_shipped_scenarios_simulate(name):
+    from workloads.scenario import load_scenario
+    rs = resolve(load_scenario(ROOT / "scenarios" / f"{name}.yaml"))
+    pols = {astra.policy_of(astra.find_shipped(j.spec.model.split(":", 1)[1])) for j in rs.jobs}
+    assert pols & {"HYBRID_DLRM", "HYBRID_CUSTOMIZED"}
+    res = simulate(rs, None)
+    for j in rs.jobs:
+        times = res.iteration_times(j.name)
+        assert len(times) == j.spec.iterations
+        assert res.summary_by_job()[j.name]["slowdown_vs_isolated"] > 1.0   # the jobs contend
