@@ -11,7 +11,7 @@ import pytest
 from simulation.engine import simulate
 from workloads import astra, simai
 from workloads.flows import collective_flows
-from workloads.scenario import Collective, Compute, Group, parse_scenario, resolve
+from workloads.scenario import Compute, Group, parse_scenario, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = astra.shipped()
