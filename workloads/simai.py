@@ -405,6 +405,10 @@ def resolve_name(name: str) -> Path:
                 stem = stem[len(pre):]
         if key in (stem, f.stem.lower(), f.name.lower()):
             return f
+    from . import astra  # ASTRA-sim samples (workloads/data/astra) by file name or stem
+    found = astra.find_shipped(name)
+    if found is not None:
+        return found
     raise KeyError(f"unknown SimAI workload {name!r}; shipped: {', '.join(sorted(ALIASES))} "
                    f"(or give a path to a .txt file)")
 
@@ -415,6 +419,9 @@ def shipped() -> List[Path]:
 
 def import_file(path: Union[str, Path], workers: Optional[int] = None,
                 compute_scale: float = 1.0) -> Profile:
+    from . import astra  # ASTRA-sim-only policies (MODEL, HYBRID_DLRM, ...) are mapped there
+    if astra.policy_of(path):
+        return astra.import_file(path, workers, compute_scale)
     wl = parse_file(path)
     report_warnings(wl)
     return to_profile(wl, workers, compute_scale)
