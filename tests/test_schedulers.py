@@ -396,10 +396,10 @@ def test_harmonics_lower_bound_pruning_is_exact(monkeypatch):
     import controllers.schedulers.harmonics as H
     states = small_states(12, max_jobs=4) + [state_from_scenario(resolve(mix_scenario(1024)))]
     for st in states:
-        monkeypatch.setattr(H, "USE_BOUND", False)
+        monkeypatch.setattr(H.params, "USE_BOUND", False)
         ref = get_policy("harmonics").decide(st)
-        monkeypatch.setattr(H, "USE_BOUND", True)
-        monkeypatch.setattr(H, "SCREEN_BOUND", False)
+        monkeypatch.setattr(H.params, "USE_BOUND", True)
+        monkeypatch.setattr(H.params, "SCREEN_BOUND", False)
         assert get_policy("harmonics").decide(st) == ref
     p = get_policy("harmonics")
     p.decide(states[-1])
@@ -417,7 +417,7 @@ def test_harmonics_lower_bound_holds_in_rack_views(monkeypatch):
         res = orig(self, group, a, budget)
         if budget == 1.0 and not self._is_large(group):
             for n, v in zip(group, res):
-                assert v >= self._lb(n, a[n]) * (1.0 - H.LB_MARGIN)
+                assert v >= self._lb(n, a[n]) * (1.0 - H.params.LB_MARGIN)
                 checked.append(v)
         return res
     monkeypatch.setattr(H.LocalScheduler, "_slowdowns", check)
@@ -481,5 +481,5 @@ def test_phase_stage_probes_a_starved_job_into_a_tie(monkeypatch):
     probes = [json.loads(m) for m in h.messages if '"probe"' in m]
     assert any(p["probe"] == ["jobB"] for p in probes)
     _check_consistent(st, h, d)
-    monkeypatch.setattr(H, "PROBE_MIN", float("inf"))
+    monkeypatch.setattr(H.params, "PROBE_MIN", float("inf"))
     assert predict(st, get_policy("harmonics").decide(st)).mean_slowdown == pytest.approx(1.5)

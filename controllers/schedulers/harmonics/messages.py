@@ -1,0 +1,194 @@
+"""The messages that cross between the tiers (plain dataclasses, JSON on the wire)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from ..common import Opt
+from ..model import SimJob
+
+
+@dataclass
+class OptionCost:
+    """One alternative decision for a rack-spanning job, as one rack sees it."""
+    priority: int
+    spine: Optional[int]
+    cap: float
+    own: float        # the job's predicted slowdown on this rack's links
+    local_others: float   # summed slowdown of the rack-local jobs that may share a link with it
+    cross_others: Dict[str, float] = field(default_factory=dict)
+    # slowdown of each other rack-spanning job that may share a link with it on this rack
+    shift: int = 0    # start-time shift phase (common.shift_seconds)
+
+
+@dataclass
+class JobSummary:
+    job: str
+    preferred: int                 # index into options of the rack's preferred decision
+    options: List[OptionCost]      # same order in every rack (priority, spine, cap, shift)
+    uplink_gbps: float             # the job's mean demand on this rack's ToR-spine links
+    compute_s: float = 0.0         # the job's compute per iteration (its profile)
+    iso_s: float = 0.0             # its isolated iteration time (global, default paths)
+    local_peers: int = 0           # rack-local jobs that may share one of its links here
+
+
+@dataclass
+class RackSummary:
+    """Local Scheduler -> Coordinator, once per round."""
+    rack: int
+    epoch: int
+    round: int
+    jobs: List[JobSummary]         # rack-spanning jobs only
+    uplink_demand_gbps: float      # aggregate demand of the rack's rack-spanning jobs
+    local_jobs: int                # rack-local jobs (never described to the Coordinator)
+
+    def to_json(self) -> str:
+        """Compact wire form: each option is a row ``[priority, spine, cap, own, local_others,
+        cross, shift]``, ``cross`` the values of ``cross_others`` in the order of the job's ``cross``
+        list (every option of a job reports the same other jobs), or a dict if they differ."""
+        jobs = []
+        for j in self.jobs:
+            cross = list(j.options[0].cross_others) if j.options else []
+            rows = []
+            for o in j.options:
+                co = o.cross_others
+                vals = [co[m] for m in cross] if list(co) == cross else co
+                rows.append([o.priority, o.spine, o.cap, o.own, o.local_others, vals, o.shift])
+            jobs.append({"job": j.job, "preferred": j.preferred, "uplink_gbps": j.uplink_gbps,
+                         "compute_s": j.compute_s, "iso_s": j.iso_s,
+                         "local_peers": j.local_peers, "cross": cross, "options": rows})
+        return json.dumps({"rack": self.rack, "epoch": self.epoch, "round": self.round,
+                           "uplink_demand_gbps": self.uplink_demand_gbps,
+                           "local_jobs": self.local_jobs, "jobs": jobs})
+
+    @classmethod
+    def from_json(cls, s: str) -> "RackSummary":
+        d = json.loads(s)
+        jobs = []
+        for j in d["jobs"]:
+            cross = j["cross"]
+            opts = [OptionCost(p, sp, c, own, lo,
+                               dict(zip(cross, vals)) if isinstance(vals, list) else vals, sh)
+                    for p, sp, c, own, lo, vals, sh in j["options"]]
+            jobs.append(JobSummary(j["job"], j["preferred"], opts, j["uplink_gbps"],
+                                   j["compute_s"], j["iso_s"], j["local_peers"]))
+        d["jobs"] = jobs
+        return cls(**d)
+
+
+@dataclass
+class Assignment:
+    job: str
+    priority: int
+    spine: Optional[int]
+    cap: float
+    shift: int = 0
+
+    @property
+    def opt(self) -> Opt:
+        return Opt(self.priority, self.spine, self.cap, self.shift)
+
+
+@dataclass
+class CoordinatorMessage:
+    """Coordinator -> every Local Scheduler a job touches: the one decision of each
+    rack-spanning job."""
+    epoch: int
+    round: int
+    assignments: List[Assignment]
+    probe: List[str] = field(default_factory=list)   # phase stage: jobs offered every class
+    # proposal stage: the ghosts this rack's halo view holds, the other racks' proposals it
+    # is asked to cost, the proposals accepted
+    ghosts: List[GhostJob] = field(default_factory=list)
+    proposals: List[Proposal] = field(default_factory=list)
+    accepted: List[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, s: str) -> "CoordinatorMessage":
+        d = json.loads(s)
+        d["assignments"] = [Assignment(**a) for a in d["assignments"]]
+        d["ghosts"] = [GhostJob(**g) for g in d.get("ghosts", [])]
+        d["proposals"] = [_proposal(p) for p in d.get("proposals", [])]
+        return cls(**d)
+
+
+@dataclass
+class GhostJob:
+    """A rack-local job of one rack as the other racks' halo views hold it (proposal stage):
+    its traffic on the links it may share with rack-spanning jobs there, its held class and
+    shift, its bound (rate cap, global isolated pace).  ``meets``: those rack-spanning jobs
+    (the Coordinator sends the ghost to their racks)."""
+    job: str
+    rack: int
+    priority: int
+    shift_s: float
+    compute_s: float
+    links: List[int]
+    bytes: List[float]
+    bmax: float
+    lam_max: Optional[float]       # None: unbounded
+    meets: List[str]
+    iso_s: float = 0.0             # its isolated iteration time
+
+    def sim(self, priority: Optional[int] = None, shift_s: Optional[float] = None) -> SimJob:
+        return SimJob(self.compute_s, tuple(self.links), tuple(self.bytes), self.bmax,
+                      self.priority if priority is None else priority,
+                      float("inf") if self.lam_max is None else self.lam_max,
+                      self.shift_s if shift_s is None else shift_s)
+
+
+@dataclass
+class Proposal:
+    """A rack's joint decision for one of its halo groups: the new decisions of the group's
+    rack-spanning jobs (all of them, changed or not) and of its rack-local jobs that other
+    racks hold as ghosts (``GhostJob``; job, class, shift in seconds)."""
+    rack: int
+    index: int
+    assignments: List[Assignment]
+    ghosts: List[Tuple[str, int, float]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> str:
+        return f"{self.rack}:{self.index}"
+
+
+@dataclass
+class ViewCost:
+    """A rack's halo-view cost of one joint assignment: the summed slowdown of its rack-local
+    jobs and each rack-spanning job's slowdown (only groups with a rack-spanning job)."""
+    local: float
+    cross: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ProposalReport:
+    """Local Scheduler -> Coordinator in the proposal stage: its boundary (ghosts), or its
+    proposals, and for every proposal it made or was asked about (``costs``, by
+    ``Proposal.pid``) the halo-view cost before and after it, over the halo groups it
+    touches."""
+    rack: int
+    epoch: int
+    round: int
+    boundary: List[GhostJob] = field(default_factory=list)
+    proposals: List[Proposal] = field(default_factory=list)
+    costs: Dict[str, List[ViewCost]] = field(default_factory=dict)   # [before, after]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, s: str) -> "ProposalReport":
+        d = json.loads(s)
+        d["boundary"] = [GhostJob(**g) for g in d["boundary"]]
+        d["proposals"] = [_proposal(p) for p in d["proposals"]]
+        d["costs"] = {k: [ViewCost(**x) for x in v] for k, v in d["costs"].items()}
+        return cls(**d)
+
+
+def _proposal(p: dict) -> Proposal:
+    return Proposal(p["rack"], p["index"], [Assignment(**a) for a in p["assignments"]],
+                    [tuple(g) for g in p["ghosts"]])

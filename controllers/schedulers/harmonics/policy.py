@@ -1,0 +1,274 @@
+"""The Harmonics policy: runs the Local Schedulers and the Coordinator through the rounds, the
+phase stage and the proposal stage of one epoch."""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..base import ClusterState, Decision, Decisions, Policy
+from ..common import (DEFAULT_CAP_FRACS, SHIFT_PHASES, Opt, has_comm, make_decision,
+                      potential_links)
+from ..model import ContentionModel, Evaluator, link_capacities
+from . import params
+from .coordinator import GlobalCoordinator
+from .local import LocalScheduler
+from .messages import Assignment, CoordinatorMessage, ProposalReport
+
+
+class HarmonicsPolicy(Policy):
+    name = "harmonics"
+
+    def __init__(self, cap_fracs: Sequence[float] = DEFAULT_CAP_FRACS, max_rounds: int = 3,
+                 exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
+                 reuse: bool = True, span_weight: bool = False, compound: str = "product",
+                 cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
+                 screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES,
+                 propose: bool = True):
+        self.propose = propose            # the proposal stage (halo views, joint proposals)
+        self.large_group = large_group   # groups larger than this: closed-form proxy
+        self.shift_phases = shift_phases  # 1: no phase stage (no start-time shifts)
+        self.screen = screen
+        self.screen_keep = screen_keep
+        self.cross_caps = cross_caps
+        self.span_weight = span_weight
+        self.compound = compound
+        self.cap_fracs = tuple(cap_fracs)
+        self.max_rounds = max_rounds
+        self.exhaustive_limit = exhaustive_limit
+        self.max_passes = max_passes
+        self.wire = wire            # messages really cross as JSON (the tier boundary)
+        self.reuse = reuse          # unchanged state at an epoch boundary: keep the decisions
+        self.stats: Dict[str, float] = {}
+        self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
+        self._last: Optional[Tuple[tuple, Decisions]] = None
+        self.incremental = incremental   # keep the evaluator's sub-problem cache across epochs
+        self.cache_limit = 200_000       # sub-problems kept at most (then a fresh cache)
+        self._ev: Optional[Evaluator] = None
+        self.rack_views: Dict[int, Dict[str, Opt]] = {}
+
+    @staticmethod
+    def _fingerprint(state: ClusterState) -> tuple:
+        def q(x):  # 2% buckets: estimates jitter from epoch to epoch
+            return 0 if x <= 0 else round(50 * __import__("math").log(x))
+        return (state.num_classes, tuple(sorted(
+            (j.name, tuple(j.hosts), q(j.compute_s),
+             tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items()))) for j in state.jobs)))
+
+    def decide(self, state: ClusterState) -> Decisions:
+        fp = self._fingerprint(state) if self.reuse else None
+        if self.reuse and self._last is not None and self._last[0] == fp:
+            self.stats = dict(self.stats, reused=1)
+            return {k: Decision.from_dict(v.to_dict()) for k, v in self._last[1].items()}
+        out = self._decide(state)
+        if self.reuse:
+            self._last = (fp, out)
+        return out
+
+    def _evaluator(self, cl) -> Evaluator:
+        """The model evaluator, kept across epochs (``incremental``): its results are keyed by
+        the canonical sub-problem (jobs, links relabelled, capacities), so a sub-problem whose
+        inputs did not change is not simulated again; a new cluster starts a new one."""
+        cap = link_capacities(cl)
+        ev = self._ev
+        if (not self.incremental or ev is None or ev.cap != cap
+                or len(ev.cache) > self.cache_limit):
+            ev = Evaluator(cap, share_allocations=True)
+        if self.incremental:
+            self._ev = ev
+        return ev
+
+    def _post(self, msg):
+        if not self.wire:
+            return msg
+        s = msg.to_json()
+        self.messages.append(s)
+        return type(msg).from_json(s)
+
+    def _decide(self, state: ClusterState) -> Decisions:
+        t_start = time.perf_counter()
+        self.messages = []
+        cl = state.cluster
+        K = max(1, state.num_classes)
+        model = ContentionModel(state, self._evaluator(cl))
+        names = [j.name for j in state.jobs if has_comm(model, j.name)]
+        pot = {n: potential_links(state, model, n) for n in names}
+        # the links each rack owns (links_of_rack for every rack, in one pass)
+        tor_rack = {t: r for r, t in enumerate(cl.tors)}
+        rack_links: Dict[int, set] = {r: set() for r in range(cl.spec.racks)}
+        for l in cl.links:
+            for end in (l.src, l.dst):
+                r = tor_rack.get(end)
+                if r is not None:
+                    rack_links[r].add(l.index)
+        link_rack = {l: r for r, ls in rack_links.items() for l in ls}
+        rack_jobs: Dict[int, List[str]] = {}
+        for n in names:
+            for r in sorted({link_rack[l] for l in pot[n]}):
+                rack_jobs.setdefault(r, []).append(n)
+        locs = {r: LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
+                                  self.cap_fracs, self.exhaustive_limit, self.max_passes,
+                                  self.span_weight, self.cross_caps, self.screen,
+                                  self.screen_keep, self.large_group, self.shift_phases)
+                for r in sorted(rack_jobs)}
+        coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
+        epoch = state.epoch
+        crit = 0.0     # critical path if racks ran in parallel: max over racks per phase
+        t_setup = time.perf_counter() - t_start
+        crit += t_setup
+
+        def phase(fn, racks):
+            nonlocal crit
+            worst, res = 0.0, {}
+            for r in racks:
+                t0 = time.perf_counter()
+                res[r] = fn(locs[r])
+                worst = max(worst, time.perf_counter() - t0)
+            crit += worst
+            return res
+
+        cross_racks = [r for r in locs if locs[r].cross]
+        current: Optional[Dict[str, Assignment]] = None
+        rounds = 0
+        for rnd in range(1, self.max_rounds + 1):
+            rounds = rnd
+            if current is None:
+                sums = phase(lambda L: L.summarise(epoch, rnd), cross_racks)
+            else:
+                cur_opts = {j: a.opt for j, a in current.items()}
+                sums = phase(lambda L: L.summarise(epoch, rnd, {**L.assign, **cur_opts}), cross_racks)
+            sums = [self._post(s) for _, s in sorted(sums.items())]
+            t0 = time.perf_counter()
+            msg = self._post(coord.coordinate(sums, epoch, rnd, current))
+            crit += time.perf_counter() - t0
+            new = {a.job: a for a in msg.assignments}
+            changed = current is None or any(new[j] != current[j] for j in new)
+            current = new
+            fixed = {j: a.opt for j, a in current.items()}
+            # every Local Scheduler re-solves its rack-local jobs with the cross-rack ones fixed
+            phase(lambda L: L.solve({n: fixed[n] for n in L.cross}), list(locs))
+            if not changed or not cross_racks:
+                break
+        last_rnd = rounds               # message round numbers go on from here
+        # phase stage: start-time shifts of the jobs tied in a class with a link neighbour,
+        # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
+        # the rack-spanning ones from the racks' costs of each phase (same descent as above)
+        phase_rounds = 0
+        probe: List[str] = []
+        if self.shift_phases > 1 and current:
+            # the Coordinator names the rack-spanning jobs the phase stage probes (their
+            # slowdown compounded over the last round's views)
+            t0 = time.perf_counter()
+            probe = self._post(CoordinatorMessage(epoch, last_rnd, list(current.values()),
+                                                  coord.slowed(sums, current, params.PROBE_MIN))).probe
+            crit += time.perf_counter() - t0
+        while self.shift_phases > 1:
+            fixed = {j: a.opt for j, a in (current or {}).items()}
+            phase(lambda L: L.phase_solve({n: fixed[n] for n in L.cross}), list(locs))
+            if not cross_racks or phase_rounds >= self.max_rounds:
+                break
+            phase_rounds += 1
+            rnd = last_rnd + phase_rounds
+            sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross},
+                                                     probe), cross_racks)
+            sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
+            if not sums:
+                break
+            t0 = time.perf_counter()
+            msg = self._post(coord.coordinate(sums, epoch, rnd, current))
+            crit += time.perf_counter() - t0
+            new = {a.job: a for a in msg.assignments}
+            changed = any(new[j] != current[j] for j in new)
+            current = new
+            if not changed:
+                break
+        # proposal stage: racks exchange their boundary jobs (ghosts), each searches its halo
+        # groups jointly, the other racks cost the proposals, the Coordinator accepts the best
+        # (after the phase stage, whose rack views would otherwise undo its joint moves)
+        t_prop = time.perf_counter()
+        prop_rounds, accepted = 0, 0
+        for _ in range(self.max_rounds if self.propose and cross_racks and current else 0):
+            prop_rounds += 1
+            rnd = last_rnd + phase_rounds + prop_rounds
+            fixed = {j: a.opt for j, a in current.items()}
+            for L in locs.values():
+                L.assign.update({n: fixed[n] for n in L.cross})
+            reps = phase(lambda L: ProposalReport(L.rack, epoch, rnd, boundary=L.boundary()),
+                         list(locs))
+            reps = [self._post(x) for _, x in sorted(reps.items()) if x.boundary]
+            t0 = time.perf_counter()
+            routed = coord.route_ghosts(reps)
+            crit += time.perf_counter() - t0
+            # only racks that hold ghosts propose (elsewhere the halo view is the rack view)
+            msgs = {r: self._post(CoordinatorMessage(epoch, rnd, [], ghosts=gs))
+                    for r, gs in sorted(routed.items()) if r in locs}
+            reps = phase(lambda L: (L.set_halo(msgs[L.rack].ghosts),
+                                    L.propose(epoch, rnd, self.exhaustive_limit))[1],
+                         sorted(msgs))
+            reps = [self._post(x) for _, x in sorted(reps.items()) if x.proposals]
+            if not reps:
+                break
+            t0 = time.perf_counter()
+            routed = coord.route_proposals(reps)
+            crit += time.perf_counter() - t0
+            asks = {r: self._post(CoordinatorMessage(epoch, rnd, [], proposals=ps))
+                    for r, ps in routed.items()}
+            costs = phase(lambda L: (L.rack in msgs or L.set_halo([]),
+                                     L.cost_proposals(epoch, rnd, asks[L.rack].proposals))[1],
+                          sorted(asks))
+            costs = [self._post(x) for _, x in sorted(costs.items())]
+            t0 = time.perf_counter()
+            new, acc = coord.arbitrate(reps + costs, current)
+            msg = self._post(CoordinatorMessage(epoch, rnd, list(new.values()), accepted=acc))
+            crit += time.perf_counter() - t0
+            current = {a.job: a for a in msg.assignments}
+            fixed = {j: a.opt for j, a in current.items()}
+            phase(lambda L: L.adopt(fixed, msg.accepted), list(locs))
+            accepted += len(msg.accepted)
+            if not msg.accepted:
+                break
+        t_prop = time.perf_counter() - t_prop
+        final: Dict[str, Opt] = {}
+        for r, L in locs.items():
+            for n in L.local:
+                final[n] = L.assign[n]
+        if current:
+            for j, a in current.items():
+                final[j] = a.opt
+        # what every Local Scheduler enforces at the end (tests check the consistency)
+        self.rack_views = {r: dict(L.assign) for r, L in locs.items()}
+        elapsed = time.perf_counter() - t_start
+        self.stats = {"seconds": elapsed, "critical_path_s": crit, "rounds": rounds,
+                      "phase_rounds": phase_rounds, "proposal_rounds": prop_rounds,
+                      "proposal_s": t_prop,
+                      "proposals_accepted": accepted,
+                      "halo_evals": sum(L.halo_evals for L in locs.values()),
+                      "shifted": sum(1 for o in final.values() if o.shift),
+                      "racks": len(locs), "cross_jobs": len(current or {}),
+                      "local_evals": sum(L.evals for L in locs.values()),
+                      "proxy_evals": sum(L.proxy_evals for L in locs.values()),
+                      "proxy_groups": sum(len(L.large) for L in locs.values()),
+                      "proxy_batches": sum(L.proxy_batches for L in locs.values()),
+                      "pruned": sum(L.pruned for L in locs.values()),
+                      "simulations": model.ev.evaluations, "reused": 0}
+        # jobs scored with the closed-form proxy in at least one rack (said in the reason)
+        proxied: Dict[str, List[int]] = {}
+        for r, L in locs.items():
+            for g in L.large:
+                for n in g:
+                    proxied.setdefault(n, []).append(r)
+        out: Decisions = {}
+        for j in state.jobs:
+            o = final.get(j.name)
+            if o is None:
+                out[j.name] = Decision(job=j.name, reason="harmonics: no network traffic")
+                continue
+            tier = "coordinator" if j.name in (current or {}) else f"local scheduler of rack {j.racks[0]}"
+            why = f"harmonics: {tier}, class {o.priority}, spine {o.spine}, cap {o.cap:g}"
+            if o.shift:
+                why += f", shift phase {o.shift}/{self.shift_phases}"
+            if j.name in proxied:
+                why += (f"; group > {self.large_group} jobs in rack(s) "
+                        f"{','.join(map(str, proxied[j.name]))}: scored with the closed-form "
+                        f"load proxy, not the model")
+            out[j.name] = make_decision(model, j.name, o, why)
+        return out
