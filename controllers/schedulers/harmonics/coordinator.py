@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..model import STARVED_SLOWDOWN
 from .messages import (Assignment, CoordinatorMessage, GhostJob, JobSummary, Proposal,
                        ProposalReport, RackSummary, ViewCost)
@@ -46,49 +48,73 @@ class GlobalCoordinator:
             return self._totals_product(entries, racks, info, peers)
         return self._totals_max(entries)
 
+    @staticmethod
+    def _product_vec(V: np.ndarray, peers: np.ndarray, compute_s, iso_s) -> np.ndarray:
+        """``_product`` over arrays: ``V`` racks x ... (NaN: not reported by that rack),
+        ``peers`` (broadcast like V) True where the job meets rack-local jobs in that rack,
+        ``compute_s`` / ``iso_s`` broadcast against V's trailing axes.  The same arithmetic
+        per element (up to the order of the product over racks)."""
+        seen = ~np.isnan(V)
+        worst = np.where(seen, V, -np.inf).max(axis=0)
+        c = np.asarray(compute_s, dtype=float)
+        iso = np.asarray(iso_s, dtype=float)
+        t0 = iso - c
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fac = np.where(seen & peers, np.maximum(1.0, (V * iso - c) / t0), 1.0)
+            res = np.minimum(STARVED_SLOWDOWN, np.maximum(worst, (c + t0 * fac.prod(axis=0)) / iso))
+        plain = (t0 <= 0) | (iso <= 0) | (worst >= STARVED_SLOWDOWN)
+        return np.where(plain, worst, res)
+
+    @staticmethod
+    def _views(entries: List[JobSummary], racks: Sequence[int],
+               info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]):
+        """The other rack-spanning jobs reported with a job's options, as arrays: their
+        slowdowns racks x options x jobs (NaN where a rack did not report one), whether they
+        meet rack-local jobs there (racks x 1 x jobs), their compute and isolated times."""
+        cols: Dict[str, int] = {}
+        for e in entries:
+            for m in e.cross:
+                cols.setdefault(m, len(cols))
+        O = len(entries[0].options)
+        V = np.full((len(entries), O, len(cols)), np.nan)
+        P = np.zeros((len(entries), 1, len(cols)), dtype=bool)
+        for k, (r, e) in enumerate(zip(racks, entries)):
+            if e.cross:
+                idx = [cols[m] for m in e.cross]
+                V[k][:, idx] = e.cross_costs
+                P[k, 0, idx] = [peers.get((m, r), 0) > 0 for m in e.cross]
+        ci = np.array([info.get(m, (0.0, 0.0)) for m in cols]).reshape(len(cols), 2)
+        return V, P, ci[:, 0], ci[:, 1]
+
     def _totals_product(self, entries: List[JobSummary], racks: Sequence[int],
                         info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]
                         ) -> List[float]:
         """Like ``_totals_max`` but a rack-spanning job's slowdown compounds over its racks
-        (``_product``) instead of being its worst rack's."""
-        n = len(entries[0].options)
+        (``_product``) instead of being its worst rack's; every option at once (numpy)."""
         me = entries[0]
-        out = []
-        for i in range(n):
-            tot = sum(e.options[i].local_others for e in entries)
-            tot += self._product([(e.options[i].own, e.local_peers) for e in entries],
-                                 me.compute_s, me.iso_s)
-            views: Dict[str, List[Tuple[float, int]]] = {}
-            for r, e in zip(racks, entries):
-                for m, v in e.options[i].cross_others.items():
-                    views.setdefault(m, []).append((v, peers.get((m, r), 0)))
-            for m, vs in views.items():
-                c, iso = info.get(m, (0.0, 0.0))
-                tot += self._product(vs, c, iso)
-            out.append(tot)
-        return out
+        own = np.array([[o.own for o in e.options] for e in entries])           # racks x O
+        tot = np.array([[o.local_others for o in e.options] for e in entries]).sum(axis=0)
+        mp = np.array([e.local_peers > 0 for e in entries])[:, None]
+        tot = tot + self._product_vec(own, mp, me.compute_s, me.iso_s)
+        V, P, c, iso = self._views(entries, racks, info, peers)
+        if V.shape[2]:
+            tot = tot + self._product_vec(V, P, c, iso).sum(axis=1)
+        return tot.tolist()
 
     def _totals_max(self, entries: List[JobSummary]) -> List[float]:
         """Summed cost of every option: rack-local jobs count once per rack (they live in one
         rack); a rack-spanning job counts once, at its worst rack (it moves at the pace of its
         slowest link) - the job itself and every other rack-spanning job reported."""
-        n = len(entries[0].options)
-        out = []
-        for i in range(n):
-            tot = sum(e.options[i].local_others for e in entries)
-            if self.compound == "sum":   # excess delays add up along the job's racks
-                tot += 1.0 + sum(e.options[i].own - 1.0 for e in entries)
-            else:                         # the job moves at the pace of its worst rack
-                tot += max(e.options[i].own for e in entries)
-            worst: Dict[str, float] = {}
-            for e in entries:
-                for m, v in e.options[i].cross_others.items():
-                    if self.compound == "sum":
-                        worst[m] = worst.get(m, 1.0) + v - 1.0
-                    elif v > worst.get(m, 0.0):
-                        worst[m] = v
-            out.append(tot + sum(worst.values()))
-        return out
+        own = np.array([[o.own for o in e.options] for e in entries])
+        tot = np.array([[o.local_others for o in e.options] for e in entries]).sum(axis=0)
+        V, _, _, _ = self._views(entries, list(range(len(entries))), {}, {})
+        if self.compound == "sum":   # excess delays add up along the job's racks
+            tot = tot + 1.0 + (own - 1.0).sum(axis=0)
+            tot = tot + (1.0 + np.nansum(V - 1.0, axis=0)).sum(axis=1)
+        else:                         # the job moves at the pace of its worst rack
+            tot = tot + own.max(axis=0)
+            tot = tot + np.where(np.isnan(V), -np.inf, V).max(axis=0).sum(axis=1)
+        return tot.tolist()
 
     def slowed(self, summaries: Sequence[RackSummary], current: Dict[str, Assignment],
                threshold: float) -> List[str]:

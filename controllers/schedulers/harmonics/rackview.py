@@ -128,7 +128,7 @@ class RackView:
             return hit
         if large:
             self.proxy_evals += 1
-            res = self._proxy(group, a)[0]
+            res = self._proxy(group, a)[0].tolist()
             memo[key] = res
             return res
         self.evals += 1
@@ -216,7 +216,7 @@ class RackView:
             Tc = np.maximum(fl, te.max(axis=2))
         sd = np.minimum((c[None, :] + Tc) / iso[None, :], STARVED_SLOWDOWN)
         sd[fl < 0] = 1.0
-        return sd.tolist()
+        return sd
 
     def _cost(self, group, a) -> float:
         """Rack objective: slowdowns of the group's jobs; a rack-spanning job's excess

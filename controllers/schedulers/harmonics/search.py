@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
+
 from ..common import Opt, shiftable
 from ..model import BYTES_PER_GBIT
 from . import params
@@ -100,7 +102,7 @@ class LocalSearch(RackView):
             if todo:
                 self.proxy_evals += len(todo)
                 self.proxy_batches += 1
-                for o, sd in zip(todo, self._proxy(group, a, n, todo)):
+                for o, sd in zip(todo, self._proxy(group, a, n, todo).tolist()):
                     base_key[pos] = o
                     memo[tuple(base_key)] = sd
         for o in self.options[n]:
@@ -180,6 +182,14 @@ class LocalSearch(RackView):
                     c = self._cost(group, a)
                     a[n] = keep
                     yield o, c
+            elif self._is_large(group):
+                # the proxy scores all of n's other options in one batch (options equivalent
+                # to the held one score the same: never accepted)
+                cands = [o for o in self.options[n] if o != keep]
+                self.proxy_evals += len(cands)
+                self.proxy_batches += 1
+                for o, sd in zip(cands, self._proxy(group, a, n, cands).tolist()):
+                    yield o, self._group_cost(group, sd)
             else:
                 for o, sd in list(self._each_option(n, group, a, skip=keep, prune=prune)):
                     yield o, self._group_cost(group, sd)
@@ -321,31 +331,31 @@ class LocalSearch(RackView):
             if self._is_large(g) or not (probed or n in self._shiftable(g, a)):
                 continue
             keep = a[n]
-            opts = []
+            rows = []
             cands = self._phase_options(n, keep, probed)
             for o in cands:
                 a[n] = self._phase_norm(n, o, g, a)
-                sd = self._slowdowns(g, a)
+                rows.append(self._slowdowns(g, a))
                 a[n] = keep
-                opts.append(self._option_cost(n, g, o, sd))
-            out.append(self._job_summary(n, cands.index(keep), opts, 0.0))
+            out.append(self._job_summary(n, g, cands, rows, cands.index(keep), 0.0))
         return RackSummary(self.rack, epoch, rnd, out, 0.0, len(self.local))
 
-    def _option_cost(self, n: str, g: Sequence[str], o: Opt, sd: Sequence[float]) -> OptionCost:
-        """Alternative o of rack-spanning job n as this rack sees it, from the slowdowns
-        ``sd`` of its group ``g``: its own, the rack-local jobs' sum, each other
-        rack-spanning job's."""
-        cross = self._cross_set
-        return OptionCost(o.priority, o.spine, o.cap, sd[g.index(n)],
-                          sum(v for m, v in zip(g, sd) if m not in cross),
-                          {m: v for m, v in zip(g, sd) if m != n and m in cross}, o.shift)
-
-    def _job_summary(self, n: str, preferred: int, opts: List[OptionCost],
-                     demand: float) -> JobSummary:
-        return JobSummary(n, preferred, opts, demand,
+    def _job_summary(self, n: str, g: Sequence[str], opts: Sequence[Opt], rows,
+                     preferred: int, demand: float) -> JobSummary:
+        """Rack-spanning job n's alternatives ``opts`` as this rack sees them, from the
+        slowdowns of its group ``g`` under each (``rows``: options x jobs of g): its own, the
+        rack-local jobs' sum, each other rack-spanning job's (``JobSummary.cross_costs``)."""
+        sd = np.asarray(rows, dtype=float).reshape(len(opts), len(g))
+        pos = list(g).index(n)
+        loc = [i for i, m in enumerate(g) if m not in self._cross_set]
+        crs = [i for i, m in enumerate(g) if m != n and m in self._cross_set]
+        own = sd[:, pos].tolist()
+        lo = sd[:, loc].sum(axis=1).tolist() if loc else [0.0] * len(opts)
+        oc = [OptionCost(o.priority, o.spine, o.cap, own[i], lo[i], o.shift)
+              for i, o in enumerate(opts)]
+        return JobSummary(n, preferred, oc, demand,
                           self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
-                          self.local_peers[n])
-
+                          self.local_peers[n], [g[i] for i in crs], sd[:, crs])
 
     # -- messages ----------------------------------------------------------
     def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None) -> RackSummary:
@@ -363,13 +373,23 @@ class LocalSearch(RackView):
         for n in self.cross:
             g = self.groups[self.group_of[n]]
             keep = a[n]
-            opts = [self._option_cost(n, g, o, sd) for o, sd in list(self._each_option(n, g, a))]
+            opts = self.options[n]
+            if self._is_large(g):
+                # the proxy scores every option in one batch (equivalent options included:
+                # cheaper than finding the classes)
+                rows = self._proxy(g, a, n, opts)
+                self.proxy_evals += len(opts)
+                self.proxy_batches += 1
+            else:
+                pairs = list(self._each_option(n, g, a))
+                assert [o for o, _ in pairs] == opts
+                rows = [sd for _, sd in pairs]
             use, _ = self.model.usage(n, keep.spine)
             up = sum(b for l, b in use.items() if l in self.links
                      and self.model.cluster.links[l].kind in ("uplink", "downlink"))
             demand = up / BYTES_PER_GBIT / self.iso[n] if self.iso[n] > 0 else 0.0
             total_demand += demand
-            out.append(self._job_summary(n, self.options[n].index(keep), opts, demand))
+            out.append(self._job_summary(n, g, opts, rows, opts.index(keep), demand))
         res = RackSummary(self.rack, epoch, rnd, out, total_demand, len(self.local))
         self._summaries[key] = res
         return res
