@@ -71,6 +71,8 @@ class RackView:
         self.proxy_evals = 0
         self.proxy_batches = 0
         self._prows: Dict[tuple, tuple] = {}
+        self._garr: Dict[tuple, tuple] = {}
+        self._gpos: Dict[tuple, Dict[str, int]] = {}
         self._lbs: Dict[tuple, float] = {}
         self.pruned = 0            # evaluations skipped by the lower bound (``_lb``)
         self._lidx = {l: i for i, l in enumerate(sorted(rack_links))}
@@ -163,6 +165,32 @@ class RackView:
             self._prows[key] = row
         return row
 
+    def _group_arrays(self, group: Sequence[str], a: Dict[str, Opt]) -> tuple:
+        """The proxy's inputs for ``a`` (jobs x rack links: u, t; per job: floor, class,
+        compute, iso) and the class loads (classes x links: sum of u), kept for the last
+        assignments seen (a coordinate-descent move scores its candidates against the same
+        held assignment)."""
+        g = tuple(group)
+        key = (g, tuple(a[m] for m in g))
+        hit = self._garr.get(key)
+        if hit is not None:
+            return hit
+        if g not in self._gpos:
+            self._gpos[g] = {m: i for i, m in enumerate(g)}
+        rows = [self._proxy_row(m, a[m]) for m in g]
+        U = np.array([r[0] for r in rows])
+        T = np.array([r[1] for r in rows])
+        fl = np.array([r[2] for r in rows])
+        P = np.array([a[m].priority for m in g], dtype=np.int64)
+        c = np.array([r[3] for r in rows])
+        iso = np.array([r[4] if r[4] > 0 else 1.0 for r in rows])
+        load = np.zeros((self.K, U.shape[1]))
+        np.add.at(load, P, U)
+        if len(self._garr) > 64:
+            self._garr.clear()
+        res = self._garr[key] = (U, T, fl, P, c, iso, load)
+        return res
+
     def _proxy(self, group: Sequence[str], a: Dict[str, Opt], n: Optional[str] = None,
                cands: Optional[Sequence[Opt]] = None) -> List[List[float]]:
         """Closed-form slowdowns of a large group in this rack's view (no simulation), for
@@ -180,31 +208,33 @@ class RackView:
         O(candidates x jobs x rack links) numpy work.  It depends on a job's class only through
         its order relative to the jobs sharing one of its links, and not on which unused spine
         a job takes: the option classes of ``_option_class`` stay exact for it."""
+        U, T, fl, P, c, iso, load = self._group_arrays(group, a)
         if n is None:
-            n, cands = group[0], [a[group[0]]]
-        pos = list(group).index(n)
-        rows = [self._proxy_row(m, a[m]) for m in group]
-        O = len(cands)
-        U = np.empty((O, len(group), len(self._lidx)))
-        T = np.empty_like(U)
-        U[:] = np.stack([r[0] for r in rows])
-        T[:] = np.stack([r[1] for r in rows])
-        P = np.empty((O, len(group)), dtype=np.int64)
-        P[:] = [a[m].priority for m in group]
-        fl = np.empty((O, len(group)))
-        fl[:] = [r[2] for r in rows]
-        for i, o in enumerate(cands):
-            r = self._proxy_row(n, o)
-            U[i, pos], T[i, pos], fl[i, pos], P[i, pos] = r[0], r[1], r[2], o.priority
-        c = np.array([r[3] for r in rows])
-        iso = np.array([r[4] if r[4] > 0 else 1.0 for r in rows])
-        K = self.K
-        onehot = (P[:, :, None] == np.arange(K)[None, None, :])        # O x J x K
-        load = np.einsum("ojk,ojl->okl", onehot.astype(float), U)      # O x K x L
-        prefix = np.concatenate([np.zeros_like(load[:, :1]), np.cumsum(load, axis=1)], axis=1)
+            Uc, Tc_, flc, Pc, loadc = U[None], T[None], fl[None], P[None], load[None]
+        else:
+            pos = self._gpos[tuple(group)][n]
+            rows = [self._proxy_row(n, o) for o in cands]
+            O = len(cands)
+            uo = np.array([r[0] for r in rows])
+            po = np.array([o.priority for o in cands], dtype=np.int64)
+            Uc = np.repeat(U[None], O, axis=0)
+            Tc_ = np.repeat(T[None], O, axis=0)
+            flc = np.repeat(fl[None], O, axis=0)
+            Pc = np.repeat(P[None], O, axis=0)
+            Uc[:, pos] = uo
+            Tc_[:, pos] = [r[1] for r in rows]
+            flc[:, pos] = [r[2] for r in rows]
+            Pc[:, pos] = po
+            # the class loads with n's contribution moved to each candidate's class
+            loadc = np.repeat(load[None], O, axis=0)
+            loadc[:, P[pos]] -= U[pos]
+            loadc[np.arange(O), po] += uo
+        O = len(Pc)
+        prefix = np.concatenate([np.zeros_like(loadc[:, :1]), np.cumsum(loadc, axis=1)], axis=1)
         ar = np.arange(O)[:, None]
-        H = prefix[ar, P]                      # O x J x L: load of the higher classes
-        E = np.maximum(load[ar, P] - U, 0.0)   # the others of its class
+        H = prefix[ar, Pc]                       # O x J x L: load of the higher classes
+        E = np.maximum(loadc[ar, Pc] - Uc, 0.0)  # the others of its class
+        U, T, fl = Uc, Tc_, flc
         if params.PROXY_BLOCK == "product":
             # it progresses only while none of its links is taken by a higher class: the free
             # fractions of its links multiply (blocking on different links is not aligned)
