@@ -207,7 +207,13 @@ class GlobalCoordinator:
         return new, accepted
 
     def coordinate(self, summaries: Sequence[RackSummary], epoch: int, rnd: int,
-                   current: Optional[Dict[str, Assignment]] = None) -> CoordinatorMessage:
+                   current: Optional[Dict[str, Assignment]] = None, warm: bool = False
+                   ) -> CoordinatorMessage:
+        """Round 1 (``current`` None): each rack-spanning job's least summed cost (``_pick``);
+        later rounds: one descent step around ``current`` (``_descent``).  ``warm``: round 1
+        of an incremental epoch, ``current`` the last epoch's decisions: the jobs it does not
+        hold are picked as in a cold round 1, the others start the descent (jobs of ``current``
+        no rack reported are kept)."""
         per_job: Dict[str, List[Tuple[int, JobSummary]]] = {}
         info: Dict[str, Tuple[float, float]] = {}
         peers: Dict[Tuple[str, int], int] = {}
@@ -216,46 +222,63 @@ class GlobalCoordinator:
                 per_job.setdefault(js.job, []).append((s.rack, js))
                 info[js.job] = (js.compute_s, js.iso_s)
                 peers[(js.job, s.rack)] = js.local_peers
-        if current is None:
+        if current is None or warm:
             self.job_racks = {j: [r for r, _ in lst] for j, lst in per_job.items()}
-        out: List[Assignment] = []
         if current is None:
-            # round 1: least summed cost; near-ties go to the least loaded spine (this is how
-            # the spine links are shared among the rack-spanning demand)
-            spine_load: Dict[Tuple[int, int], float] = {}
-            order = sorted(per_job, key=lambda j: (-sum(e.uplink_gbps for _, e in per_job[j]), j))
-            for j in order:
-                entries = [e for _, e in per_job[j]]
-                racks = [r for r, _ in per_job[j]]
-                tot = self._totals(entries, racks, info, peers)
-                lo = min(tot)
-                cands = [i for i, v in enumerate(tot) if v <= lo + self.tol * max(1.0, abs(lo))]
-                opts = entries[0].options
+            return CoordinatorMessage(epoch, rnd, self._pick(per_job, list(per_job), info, peers))
+        fresh: List[str] = []
+        if warm:
+            fresh = [j for j in per_job if j not in current]
+        if fresh:
+            current.update({a.job: a for a in self._pick(per_job, fresh, info, peers)})
+        return self._descent(per_job, info, peers, current, set(fresh), epoch, rnd)
 
-                def load_of(i):
-                    s = opts[i].spine
-                    if s is None:
-                        return max(sum(spine_load.get((r, x), 0.0) for x in range(self.spines))
-                                   / max(1, self.spines) for r in racks)
-                    return max(spine_load.get((r, s), 0.0) for r in racks)
+    def _pick(self, per_job: Dict[str, List[Tuple[int, JobSummary]]], jobs: Sequence[str],
+              info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]
+              ) -> List[Assignment]:
+        """Round 1: least summed cost; near-ties go to the least loaded spine (this is how
+        the spine links are shared among the rack-spanning demand)."""
+        out: List[Assignment] = []
+        spine_load: Dict[Tuple[int, int], float] = {}
+        order = sorted(jobs, key=lambda j: (-sum(e.uplink_gbps for _, e in per_job[j]), j))
+        for j in order:
+            entries = [e for _, e in per_job[j]]
+            racks = [r for r, _ in per_job[j]]
+            tot = self._totals(entries, racks, info, peers)
+            lo = min(tot)
+            cands = [i for i, v in enumerate(tot) if v <= lo + self.tol * max(1.0, abs(lo))]
+            opts = entries[0].options
 
-                pref = entries[0].preferred
-                i = min(cands, key=lambda i: (load_of(i), i != pref, i))
-                o = opts[i]
-                demand = max(e.uplink_gbps for e in entries)
-                for r in racks:
-                    if o.spine is None:
-                        for x in range(self.spines):
-                            spine_load[(r, x)] = spine_load.get((r, x), 0.0) + demand / self.spines
-                    else:
-                        spine_load[(r, o.spine)] = spine_load.get((r, o.spine), 0.0) + demand
-                out.append(Assignment(j, o.priority, o.spine, o.cap, o.shift))
-            return CoordinatorMessage(epoch, rnd, out)
-        # later rounds: block coordinate descent around the consistent assignment; at most one
-        # job moves per rack per round, so every accepted move's summed cost is exact in the
-        # racks' views
+            def load_of(i):
+                s = opts[i].spine
+                if s is None:
+                    return max(sum(spine_load.get((r, x), 0.0) for x in range(self.spines))
+                               / max(1, self.spines) for r in racks)
+                return max(spine_load.get((r, s), 0.0) for r in racks)
+
+            pref = entries[0].preferred
+            i = min(cands, key=lambda i: (load_of(i), i != pref, i))
+            o = opts[i]
+            demand = max(e.uplink_gbps for e in entries)
+            for r in racks:
+                if o.spine is None:
+                    for x in range(self.spines):
+                        spine_load[(r, x)] = spine_load.get((r, x), 0.0) + demand / self.spines
+                else:
+                    spine_load[(r, o.spine)] = spine_load.get((r, o.spine), 0.0) + demand
+            out.append(Assignment(j, o.priority, o.spine, o.cap, o.shift))
+        return out
+
+    def _descent(self, per_job, info, peers, current: Dict[str, Assignment], skip: set,
+                 epoch: int, rnd: int) -> CoordinatorMessage:
+        """Later rounds: block coordinate descent around the consistent assignment; at most
+        one job moves per rack per round, so every accepted move's summed cost is exact in
+        the racks' views (``skip``: jobs just picked, whose summaries were not around it)."""
+        out: List[Assignment] = []
         gains = []
         for j, lst in per_job.items():
+            if j in skip:
+                continue
             entries = [e for _, e in lst]
             tot = self._totals(entries, [r for r, _ in lst], info, peers)
             cur_i = entries[0].preferred

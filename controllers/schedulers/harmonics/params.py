@@ -17,3 +17,5 @@ PROBE_MIN = 0.05
 # by more than this in the halo view (the probe's threshold)
 PROPOSE_MIN = PROBE_MIN
 SCREEN_BOUND = True  # ... also before screening runs (changes which options reach the top)
+# the proxy scores a large group's summary candidates in batches of at most this many
+PROXY_CHUNK = 64

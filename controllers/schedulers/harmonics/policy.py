@@ -2,6 +2,7 @@
 phase stage and the proposal stage of one epoch."""
 from __future__ import annotations
 
+import math
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -23,7 +24,10 @@ class HarmonicsPolicy(Policy):
                  reuse: bool = True, span_weight: bool = False, compound: str = "product",
                  cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
                  screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES,
-                 propose: bool = True):
+                 propose: bool = True, warm: bool = True):
+        self.warm = warm                  # incremental epochs start from the last decisions
+        self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
+        self._jfp: Dict[str, tuple] = {}     # the last epoch's job inputs (``_job_fp``)
         self.propose = propose            # the proposal stage (halo views, joint proposals)
         self.large_group = large_group   # groups larger than this: closed-form proxy
         self.shift_phases = shift_phases  # 1: no phase stage (no start-time shifts)
@@ -53,6 +57,22 @@ class HarmonicsPolicy(Policy):
         return (state.num_classes, tuple(sorted(
             (j.name, tuple(j.hosts), q(j.compute_s),
              tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items()))) for j in state.jobs)))
+
+    @staticmethod
+    def _job_fp(j) -> tuple:
+        """A job's inputs in the reuse fingerprint's 2% buckets."""
+        def q(x):
+            return 0 if x <= 0 else round(50 * math.log(x))
+        return (tuple(j.hosts), q(j.compute_s), tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items())))
+
+    @staticmethod
+    def _around(L: LocalScheduler, cur: Dict[str, Opt]) -> Dict[str, Opt]:
+        """A rack's assignment around the Coordinator's: its own decisions with the
+        rack-spanning ones replaced; a new rack in a warm epoch first solves its jobs with
+        the Coordinator's held (its preferences for the jobs that are not held yet)."""
+        if any(n not in L.assign for n in L.jobs):
+            L.solve({n: cur[n] for n in L.cross if n in cur})
+        return {**L.assign, **{n: cur[n] for n in L.cross if n in cur}}
 
     def decide(self, state: ClusterState) -> Decisions:
         fp = self._fingerprint(state) if self.reuse else None
@@ -105,11 +125,39 @@ class HarmonicsPolicy(Policy):
         for n in names:
             for r in sorted({link_rack[l] for l in pot[n]}):
                 rack_jobs.setdefault(r, []).append(n)
-        locs = {r: LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
-                                  self.cap_fracs, self.exhaustive_limit, self.max_passes,
-                                  self.span_weight, self.cross_caps, self.screen,
-                                  self.screen_keep, self.large_group, self.shift_phases)
-                for r in sorted(rack_jobs)}
+        # incremental epochs: a rack whose inputs (its jobs and their profiles, in the reuse
+        # fingerprint's 2% buckets) did not change keeps its Local Scheduler and every cache
+        # of it (summaries, solves); warm start: the Coordinator starts from the last
+        # epoch's decisions of the rack-spanning jobs that are still there
+        prev = self._prev if (self.incremental and self._prev is not None
+                              and self._prev[0] == (model.ev.cap, K)) else None
+        jfp = {j.name: self._job_fp(j) for j in state.jobs}
+        locs: Dict[int, LocalScheduler] = {}
+        fps: Dict[int, tuple] = {}
+        reused = 0
+        for r in sorted(rack_jobs):
+            fps[r] = tuple((n, jfp[n]) for n in rack_jobs[r])
+            old = prev[1].get(r) if prev is not None else None
+            if old is not None and old[0] == fps[r]:
+                locs[r] = old[1]
+                locs[r].new_epoch()
+                reused += 1
+                continue
+            locs[r] = LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
+                                     self.cap_fracs, self.exhaustive_limit, self.max_passes,
+                                     self.span_weight, self.cross_caps, self.screen,
+                                     self.screen_keep, self.large_group, self.shift_phases)
+        warm = prev is not None and self.warm and bool(prev[2])
+        movable: Optional[set] = None
+        if warm:
+            # only the rack-spanning jobs whose own inputs changed (and new ones) move; the
+            # others hold the last decisions (racks whose inputs changed re-solve their
+            # rack-local jobs around them; the others' caches answer their held solves)
+            cross_now = {n for n in names if model.jobs[model.index[n]].spans_racks}
+            movable = {n for n in cross_now if n not in prev[2] or self._jfp.get(n) != jfp[n]}
+            # the rounds choose shift-free decisions (the phase stage sets the shifts again)
+            prev = (prev[0], prev[1], {j: Assignment(j, a.priority, a.spine, a.cap, 0)
+                                       for j, a in prev[2].items() if j in cross_now})
         coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
         epoch = state.epoch
         crit = 0.0     # critical path if racks ran in parallel: max over racks per phase
@@ -127,7 +175,7 @@ class HarmonicsPolicy(Policy):
             return res
 
         cross_racks = [r for r in locs if locs[r].cross]
-        current: Optional[Dict[str, Assignment]] = None
+        current: Optional[Dict[str, Assignment]] = dict(prev[2]) if warm else None
         rounds = 0
         for rnd in range(1, self.max_rounds + 1):
             rounds = rnd
@@ -135,13 +183,16 @@ class HarmonicsPolicy(Policy):
                 sums = phase(lambda L: L.summarise(epoch, rnd), cross_racks)
             else:
                 cur_opts = {j: a.opt for j, a in current.items()}
-                sums = phase(lambda L: L.summarise(epoch, rnd, {**L.assign, **cur_opts}), cross_racks)
+                racks = (cross_racks if movable is None else
+                         [r for r in cross_racks if not movable.isdisjoint(locs[r].cross)])
+                sums = phase(lambda L: L.summarise(epoch, rnd, self._around(L, cur_opts),
+                                                   only=movable), racks)
             sums = [self._post(s) for _, s in sorted(sums.items())]
             t0 = time.perf_counter()
-            msg = self._post(coord.coordinate(sums, epoch, rnd, current))
+            msg = self._post(coord.coordinate(sums, epoch, rnd, current, warm=warm and rnd == 1))
             crit += time.perf_counter() - t0
             new = {a.job: a for a in msg.assignments}
-            changed = current is None or any(new[j] != current[j] for j in new)
+            changed = current is None or any(new[j] != current.get(j) for j in new)
             current = new
             fixed = {j: a.opt for j, a in current.items()}
             # every Local Scheduler re-solves its rack-local jobs with the cross-rack ones fixed
@@ -236,6 +287,10 @@ class HarmonicsPolicy(Policy):
                 final[j] = a.opt
         # what every Local Scheduler enforces at the end (tests check the consistency)
         self.rack_views = {r: dict(L.assign) for r, L in locs.items()}
+        if self.incremental:
+            self._jfp = jfp
+            self._prev = ((model.ev.cap, K), {r: (fps[r], L) for r, L in locs.items()},
+                          dict(current or {}))
         elapsed = time.perf_counter() - t_start
         self.stats = {"seconds": elapsed, "critical_path_s": crit, "rounds": rounds,
                       "phase_rounds": phase_rounds, "proposal_rounds": prop_rounds,
@@ -249,7 +304,8 @@ class HarmonicsPolicy(Policy):
                       "proxy_groups": sum(len(L.large) for L in locs.values()),
                       "proxy_batches": sum(L.proxy_batches for L in locs.values()),
                       "pruned": sum(L.pruned for L in locs.values()),
-                      "simulations": model.ev.evaluations, "reused": 0}
+                      "simulations": model.ev.evaluations, "reused": 0,
+                      "racks_reused": reused, "warm": int(warm)}
         # jobs scored with the closed-form proxy in at least one rack (said in the reason)
         proxied: Dict[str, List[int]] = {}
         for r, L in locs.items():

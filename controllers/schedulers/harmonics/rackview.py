@@ -89,6 +89,10 @@ class RackView:
         self._propcache: Dict[tuple, Optional[Tuple[Opt, ...]]] = {}
         self.halo_evals = 0
 
+    def new_epoch(self) -> None:
+        """Kept for another epoch (inputs unchanged): its caches stay, its counters restart."""
+        self.evals = self.proxy_evals = self.proxy_batches = self.pruned = self.halo_evals = 0
+
     def _is_large(self, group: Sequence[str]) -> bool:
         """A group of more than ``large_group`` jobs is scored with the closed-form load
         proxy (``_proxy``) instead of the model (see docs/harmonics.md, complexity)."""
@@ -192,10 +196,12 @@ class RackView:
         return res
 
     def _proxy(self, group: Sequence[str], a: Dict[str, Opt], n: Optional[str] = None,
-               cands: Optional[Sequence[Opt]] = None) -> List[List[float]]:
+               cands: Optional[Sequence[Opt]] = None,
+               moves: Optional[Sequence[Tuple[str, Opt]]] = None) -> np.ndarray:
         """Closed-form slowdowns of a large group in this rack's view (no simulation), for
-        the assignment ``a`` with n's option replaced by each of ``cands`` (one row each;
-        n None: ``a`` itself).  Job m occupies link e a fraction u_me = B_me / (C_e iso_m) of
+        the assignment ``a`` with n's option replaced by each of ``cands`` (one row each),
+        or with one job's option replaced per row as in ``moves`` ((job, option) pairs);
+        neither: ``a`` itself.  Job m occupies link e a fraction u_me = B_me / (C_e iso_m) of
         the time at its isolated pace.  On e, job j is blocked by the higher classes,
         H_e = sum of their u, and shares with its own class, E_e = sum of the others' u in it.
         With ``params.PROXY_BLOCK="product"`` it progresses only while none of its links is blocked:
@@ -209,26 +215,30 @@ class RackView:
         its order relative to the jobs sharing one of its links, and not on which unused spine
         a job takes: the option classes of ``_option_class`` stay exact for it."""
         U, T, fl, P, c, iso, load = self._group_arrays(group, a)
-        if n is None:
+        if n is not None:
+            moves = [(n, o) for o in cands]
+        if not moves:
             Uc, Tc_, flc, Pc, loadc = U[None], T[None], fl[None], P[None], load[None]
         else:
-            pos = self._gpos[tuple(group)][n]
-            rows = [self._proxy_row(n, o) for o in cands]
-            O = len(cands)
+            gp = self._gpos[tuple(group)]
+            posv = np.array([gp[m] for m, _ in moves])
+            rows = [self._proxy_row(m, o) for m, o in moves]
+            O = len(moves)
+            ar0 = np.arange(O)
             uo = np.array([r[0] for r in rows])
-            po = np.array([o.priority for o in cands], dtype=np.int64)
+            po = np.array([o.priority for _, o in moves], dtype=np.int64)
             Uc = np.repeat(U[None], O, axis=0)
             Tc_ = np.repeat(T[None], O, axis=0)
             flc = np.repeat(fl[None], O, axis=0)
             Pc = np.repeat(P[None], O, axis=0)
-            Uc[:, pos] = uo
-            Tc_[:, pos] = [r[1] for r in rows]
-            flc[:, pos] = [r[2] for r in rows]
-            Pc[:, pos] = po
-            # the class loads with n's contribution moved to each candidate's class
+            Uc[ar0, posv] = uo
+            Tc_[ar0, posv] = [r[1] for r in rows]
+            flc[ar0, posv] = [r[2] for r in rows]
+            Pc[ar0, posv] = po
+            # the class loads with the moved job's contribution in each candidate's class
             loadc = np.repeat(load[None], O, axis=0)
-            loadc[:, P[pos]] -= U[pos]
-            loadc[np.arange(O), po] += uo
+            loadc[ar0, P[posv]] -= U[posv]
+            loadc[ar0, po] += uo
         O = len(Pc)
         prefix = np.concatenate([np.zeros_like(loadc[:, :1]), np.cumsum(loadc, axis=1)], axis=1)
         ar = np.arange(O)[:, None]

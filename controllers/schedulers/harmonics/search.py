@@ -358,28 +358,43 @@ class LocalSearch(RackView):
                           self.local_peers[n], [g[i] for i in crs], sd[:, crs])
 
     # -- messages ----------------------------------------------------------
-    def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None) -> RackSummary:
+    def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None,
+                  only: Optional[Sequence[str]] = None) -> RackSummary:
         """Cost of every alternative of each rack-spanning job, others held at the rack's
         preferred decisions (round 1: ``around`` None, the rack solves everything itself)
-        or at the current consistent assignment (later rounds)."""
+        or at the current consistent assignment (later rounds); ``only``: of these
+        rack-spanning jobs only (an incremental epoch's movable jobs)."""
         a = dict(self.solve() if around is None else {n: around[n] for n in self.jobs})
         self.assign = a
-        key = tuple(a[n] for n in self.jobs)
+        cross = self.cross if only is None else [n for n in self.cross if n in set(only)]
+        key = (tuple(a[n] for n in self.jobs), None if only is None else tuple(cross))
         hit = self._summaries.get(key)
         if hit is not None:       # nothing on this rack changed since that summary
             return RackSummary(self.rack, epoch, rnd, hit.jobs, hit.uplink_demand_gbps, hit.local_jobs)
         out = []
         total_demand = 0.0
-        for n in self.cross:
+        # large groups: every option of every rack-spanning job of the group in one proxy batch
+        # (equivalent options included: cheaper than finding the classes)
+        batch: Dict[str, np.ndarray] = {}
+        for g in self.large:
+            mv = [(n, o) for n in g if n in cross for o in self.options[n]]
+            if mv:
+                step = max(1, params.PROXY_CHUNK)
+                sd = np.concatenate([self._proxy(g, a, moves=mv[i:i + step])
+                                     for i in range(0, len(mv), step)])
+                self.proxy_evals += len(mv)
+                self.proxy_batches += -(-len(mv) // step)
+                k = 0
+                for n in g:
+                    if n in cross:
+                        batch[n] = sd[k:k + len(self.options[n])]
+                        k += len(self.options[n])
+        for n in cross:
             g = self.groups[self.group_of[n]]
             keep = a[n]
             opts = self.options[n]
-            if self._is_large(g):
-                # the proxy scores every option in one batch (equivalent options included:
-                # cheaper than finding the classes)
-                rows = self._proxy(g, a, n, opts)
-                self.proxy_evals += len(opts)
-                self.proxy_batches += 1
+            if n in batch:
+                rows = batch[n]
             else:
                 pairs = list(self._each_option(n, g, a))
                 assert [o for o, _ in pairs] == opts
