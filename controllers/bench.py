@@ -27,9 +27,9 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from workloads.cluster import ClusterSpec
-from workloads.scenario import (Collective, Compute, JobSpec, Placement, Profile, Scenario,
-                                resolve)
+from workloads.scenario import JobSpec, Placement, Scenario, resolve
 from controllers.schedulers import get_policy, state_from_scenario
+from controllers.schedulers.cases import _profile, quality_cases, random_case, wide_case  # noqa: F401
 from controllers.schedulers.model import isolated_iteration_time, predict, warm_up
 
 # racks, hosts per rack, spines for each cluster size (8 GPUs per host)
@@ -45,9 +45,6 @@ HOST_GBPS = 200.0
 OVERSUB = 2.0
 
 
-def _profile(compute_s: float, nbytes: float) -> Profile:
-    return Profile(phases=[Compute(op="compute", seconds=compute_s),
-                           Collective(op="allreduce", bytes=nbytes)])
 
 
 def mix_scenario(gpus: int, seed: int = 1, fill: float = 0.9) -> Scenario:
@@ -145,72 +142,6 @@ def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=pr
     if ratio_1024 is not None and ratio_bound:
         out("(optimal hit its time limit at 1024 GPUs: the ratio is a lower bound)")
     return ratio_1024
-
-
-# ---------------------------------------------------------------------------
-# Quality: standard contention cases under the model
-# ---------------------------------------------------------------------------
-
-def _case(name: str, racks: int, hosts: int, spines: int, gph: int, jobs: List[Tuple[str, List[str], float, float]],
-          host_gbps: float = 100.0, uplink_gbps: float = 100.0) -> Scenario:
-    cl = ClusterSpec(racks=racks, hosts_per_rack=hosts, spines=spines, gpus_per_host=gph,
-                     host_link_gbps=host_gbps, uplink_gbps=uplink_gbps)
-    js = [JobSpec(name=n, iterations=100, placement=Placement(slots=s),
-                  profile=_profile(c, b)) for n, s, c, b in jobs]
-    return Scenario(name=name, backend="simulation", cluster=cl, jobs=js)
-
-
-def quality_cases() -> List[Scenario]:
-    """Pairs and mixes of jobs sharing uplinks, different periods and sizes.
-    300 MB on 100 Gb/s = 24 ms of ring traffic per direction."""
-    C = []
-    C.append(_case("pair-identical", 2, 2, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.05, 300e6), ("B", ["r0h1", "r1h1"], 0.05, 300e6)]))
-    C.append(_case("pair-comm-heavy", 2, 2, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.01, 300e6), ("B", ["r0h1", "r1h1"], 0.01, 300e6)]))
-    C.append(_case("pair-periods-1to2", 2, 2, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.026, 300e6), ("B", ["r0h1", "r1h1"], 0.076, 300e6)]))
-    C.append(_case("pair-sizes", 2, 2, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.05, 100e6), ("B", ["r0h1", "r1h1"], 0.08, 600e6)]))
-    C.append(_case("pair-two-spines", 2, 2, 2, 1, [
-        ("A", ["r0h0", "r1h0"], 0.03, 300e6), ("B", ["r0h1", "r1h1"], 0.03, 300e6)]))
-    C.append(_case("trio-one-uplink", 2, 3, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.06, 300e6), ("B", ["r0h1", "r1h1"], 0.06, 200e6),
-        ("C", ["r0h2", "r1h2"], 0.09, 400e6)]))
-    C.append(_case("trio-periods", 2, 3, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.02, 150e6), ("B", ["r0h1", "r1h1"], 0.05, 300e6),
-        ("C", ["r0h2", "r1h2"], 0.11, 300e6)]))
-    # 4 GPUs per host: jobs share host links and uplinks
-    C.append(_case("mix-shared-hosts", 2, 2, 2, 4, [
-        ("A", ["r0h0/0", "r0h0/1", "r1h0/0", "r1h0/1"], 0.05, 300e6),
-        ("B", ["r0h0/2", "r0h0/3", "r0h1/0", "r0h1/1"], 0.04, 200e6),
-        ("C", ["r0h1/2", "r0h1/3", "r1h1/0", "r1h1/1"], 0.08, 500e6),
-        ("D", ["r1h0/2", "r1h0/3", "r1h1/2", "r1h1/3"], 0.03, 150e6)]))
-    C.append(_case("mix-3-racks", 3, 2, 2, 2, [
-        ("A", ["r0h0/0", "r1h0/0"], 0.04, 300e6), ("B", ["r1h1/0", "r2h0/0"], 0.05, 300e6),
-        ("C", ["r0h1/0", "r2h1/0"], 0.06, 400e6), ("D", ["r0h0/1", "r1h1/1", "r2h1/1"], 0.1, 200e6)],
-        uplink_gbps=50.0))
-    return C
-
-
-def random_case(seed: int, max_jobs: int = 4) -> Scenario:
-    """A small random contention case: 2-3 racks of 2-3 hosts, 1-2 spines, 1-4 GPUs per host,
-    2..max_jobs jobs of 2-4 workers on random slots, compute 10-100 ms, 50-500 MB all-reduce."""
-    rng = random.Random(seed)
-    racks, hosts = rng.choice([2, 3]), rng.choice([2, 3])
-    spines, gph = rng.choice([1, 2]), rng.choice([1, 2, 4])
-    slots = [f"r{r}h{h}/{g}" for r in range(racks) for h in range(hosts) for g in range(gph)]
-    rng.shuffle(slots)
-    jobs = []
-    for k in range(rng.randint(2, max_jobs)):
-        n = rng.randint(2, 4)
-        if len(slots) < n:
-            break
-        mine, slots = slots[:n], slots[n:]
-        jobs.append((f"J{k}", sorted(mine), round(rng.uniform(0.01, 0.1), 4),
-                     round(rng.uniform(50e6, 500e6))))
-    return _case(f"random-{seed}", racks, hosts, spines, gph, jobs,
-                 uplink_gbps=rng.choice([50.0, 100.0]))
 
 
 def quality_section(optimal_limit: float, out=print) -> None:

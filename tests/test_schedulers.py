@@ -16,6 +16,7 @@ from controllers.schedulers.cassini import (best_link_shifts, circle_units, comp
 from controllers.schedulers.crux import (best_cut_for_order, compress_priorities, cut_weight,
                                          random_topological_order)
 from controllers.schedulers.harmonics import CoordinatorMessage, ProposalReport, RackSummary
+from controllers.schedulers.harmonics.joint import JointOffer, JointReport
 from controllers.schedulers.model import predict
 from workloads.scenario import resolve
 
@@ -187,6 +188,10 @@ def test_harmonics_one_consistent_decision_per_rack_spanning_job(which):
                     assert a.job in d
             elif "boundary" in obj:
                 ProposalReport.from_json(m)
+            elif "offer" in obj:
+                JointOffer.from_json(m)
+            elif "plan" in obj:
+                JointReport.from_json(m)
             else:
                 RackSummary.from_json(m)
         last = [CoordinatorMessage.from_json(m) for m in h.messages

@@ -140,6 +140,26 @@ class GlobalCoordinator:
                 out.append(j)
         return out
 
+    def components(self) -> List[List[int]]:
+        """Racks linked by rack-spanning jobs (as the last round-1 summaries named them),
+        each component sorted; racks with none are not listed."""
+        parent: Dict[int, int] = {}
+
+        def find(r):
+            while parent.setdefault(r, r) != r:
+                parent[r] = parent[parent[r]]
+                r = parent[r]
+            return r
+        for racks in self.job_racks.values():
+            for r in racks[1:]:
+                parent[find(r)] = find(racks[0])
+            if racks:
+                find(racks[0])
+        comps: Dict[int, List[int]] = {}
+        for r in sorted(parent):
+            comps.setdefault(find(r), []).append(r)
+        return sorted(comps.values())
+
     # -- proposal stage ------------------------------------------------------
     def route_ghosts(self, reports: Sequence[ProposalReport]) -> Dict[int, List[GhostJob]]:
         """Each boundary job goes to the racks of the rack-spanning jobs it meets (as the

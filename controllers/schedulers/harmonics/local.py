@@ -10,10 +10,11 @@ from ..model import STARVED_SLOWDOWN, SimJob
 from . import params
 from .messages import Assignment, GhostJob, Proposal, ProposalReport, ViewCost
 from .rackview import _with_priority
+from .joint import JointStage
 from .search import LocalSearch
 
 
-class LocalScheduler(LocalSearch):
+class LocalScheduler(JointStage, LocalSearch):
     """Owns one rack's links; optimises the decisions of the jobs on them."""
 
     # -- the proposal stage: halo views and joint proposals --------------------

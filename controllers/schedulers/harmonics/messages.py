@@ -125,6 +125,7 @@ class CoordinatorMessage:
     ghosts: List[GhostJob] = field(default_factory=list)
     proposals: List[Proposal] = field(default_factory=list)
     accepted: List[str] = field(default_factory=list)
+    joint: List[int] = field(default_factory=list)   # joint stage: the component's racks
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -12,6 +12,7 @@ from ..common import (DEFAULT_CAP_FRACS, SHIFT_PHASES, Opt, has_comm, make_decis
 from ..model import ContentionModel, Evaluator, link_capacities
 from . import params
 from .coordinator import GlobalCoordinator
+from .joint import JointOffer
 from .local import LocalScheduler
 from .messages import Assignment, CoordinatorMessage, ProposalReport
 
@@ -24,7 +25,8 @@ class HarmonicsPolicy(Policy):
                  reuse: bool = True, span_weight: bool = False, compound: str = "product",
                  cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
                  screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES,
-                 propose: bool = True, warm: bool = True):
+                 propose: bool = True, warm: bool = True, joint_jobs: int = 8):
+        self.joint_jobs = joint_jobs      # joint stage for components of at most this many jobs
         self.warm = warm                  # incremental epochs start from the last decisions
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
         self._jfp: Dict[str, tuple] = {}     # the last epoch's job inputs (``_job_fp``)
@@ -57,6 +59,48 @@ class HarmonicsPolicy(Policy):
         return (state.num_classes, tuple(sorted(
             (j.name, tuple(j.hosts), q(j.compute_s),
              tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items()))) for j in state.jobs)))
+
+    def _joint(self, locs: Dict[int, LocalScheduler], current: Dict[str, Assignment],
+               coord: GlobalCoordinator, epoch: int, rnd: int, phase) -> Tuple[int, int]:
+        """The joint stage (``joint.py``): every component of racks linked by rack-spanning
+        jobs with at most ``joint_jobs`` jobs and no proxy-scored group is refined by its
+        lowest rack in the component view; the plan is adopted if it lowers the component's
+        summed slowdown there.  ``current`` is updated in place.  Returns (components
+        refined, components whose plan changed)."""
+        comps = coord.components()
+        done = changed = 0
+        for comp in comps:
+            comp = [r for r in comp if r in locs]
+            jobs = sorted({n for r in comp for n in locs[r].jobs})
+            if (len(jobs) < 2 or len(jobs) > self.joint_jobs
+                    or any(locs[r].large for r in comp)):
+                continue
+            offers = phase(lambda L: JointOffer(L.rack, epoch, rnd, [
+                Assignment(n, o.priority, o.spine, o.cap, o.shift)
+                for n, o in sorted(L.assign.items()) if n in L.local]), comp)
+            offers = [self._post(x) for _, x in sorted(offers.items())]
+            start = {a.job: a for x in offers for a in x.offer}
+            start.update({j: current[j] for j in jobs if j in current})
+            lead = min(comp)
+            ask = self._post(CoordinatorMessage(epoch, rnd, [start[j] for j in jobs], joint=comp))
+            links = set().union(*(locs[r].links for r in comp))
+            cross = [j for j in jobs if j in current]
+            rep = phase(lambda L: L.joint_refine(epoch, rnd, links,
+                                                 {a.job: a.opt for a in ask.assignments},
+                                                 cross), [lead])[lead]
+            rep = self._post(rep)
+            done += 1
+            if rep.after < rep.before - 1e-9:
+                changed += 1
+                plan = {a.job: a for a in rep.plan}
+                msg = self._post(CoordinatorMessage(epoch, rnd, list(plan.values())))
+                for a in msg.assignments:
+                    if a.job in current:
+                        current[a.job] = a
+                for r in comp:
+                    L = locs[r]
+                    L.assign.update({a.job: a.opt for a in msg.assignments if a.job in L.assign})
+        return done, changed
 
     @staticmethod
     def _job_fp(j) -> tuple:
@@ -278,6 +322,8 @@ class HarmonicsPolicy(Policy):
             if not msg.accepted:
                 break
         t_prop = time.perf_counter() - t_prop
+        joint = self._joint(locs, current, coord, epoch, last_rnd + phase_rounds + prop_rounds + 1,
+                            phase) if current and self.joint_jobs > 0 else (0, 0)
         final: Dict[str, Opt] = {}
         for r, L in locs.items():
             for n in L.local:
@@ -296,6 +342,7 @@ class HarmonicsPolicy(Policy):
                       "phase_rounds": phase_rounds, "proposal_rounds": prop_rounds,
                       "proposal_s": t_prop,
                       "proposals_accepted": accepted,
+                      "joint_components": joint[0], "joint_improved": joint[1],
                       "halo_evals": sum(L.halo_evals for L in locs.values()),
                       "shifted": sum(1 for o in final.values() if o.shift),
                       "racks": len(locs), "cross_jobs": len(current or {}),

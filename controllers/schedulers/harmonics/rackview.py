@@ -42,6 +42,8 @@ class RackView:
         self.cross = [n for n in self.jobs if model.jobs[model.index[n]].spans_racks]
         self._cross_set = set(self.cross)
         self.local = [n for n in self.jobs if n not in self._cross_set]
+        self.cap_fracs = tuple(cap_fracs)
+        self.cross_caps = cross_caps
         self.paths = {n: path_options(state, n, model, cap_fracs) for n in self.jobs}
         if not cross_caps:   # caps only for rack-local jobs (see docs/harmonics.md)
             self.paths = {n: ([(s, c) for s, c in p if c >= 1.0] if n in self._cross_set else p)

@@ -1,0 +1,130 @@
+"""The joint stage of a small component (after the proposal stage).
+
+Racks linked by rack-spanning jobs form a component.  When a component holds at most
+``joint_jobs`` jobs (and no group scored with the proxy), its racks send their rack-local
+jobs' decisions up (``JointOffer``) and the Coordinator hands the whole component to its
+lowest-numbered rack (``CoordinatorMessage.joint``): that rack's halo then covers every rack
+of the component, so its view is the union of their views, the model itself for those jobs.
+There it compares the current plan with fair sharing (every job in one class, ECMP, no cap, no
+shift) and refines the better one by coordinate descent over each job's class, spine, cap and
+shift phase (a move accepted only if the component's summed slowdown falls).  The result is
+never worse than fair sharing's in the model (the guard, exact for small components), and a
+plan no single move improves."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+import json
+from typing import Dict, List, Sequence
+
+from ..common import Opt, make_decision, path_options, shiftable
+from ..model import STARVED_SLOWDOWN, SimJob
+from .messages import Assignment
+from .rackview import _with_priority
+
+
+@dataclass
+class JointOffer:
+    """Rack -> Coordinator (joint stage): the decisions of this rack's rack-local jobs."""
+    rack: int
+    epoch: int
+    round: int
+    offer: List[Assignment] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, s: str) -> "JointOffer":
+        d = json.loads(s)
+        d["offer"] = [Assignment(**a) for a in d["offer"]]
+        return cls(**d)
+
+
+@dataclass
+class JointReport:
+    """Lead rack -> Coordinator: the component's refined plan (every job) and its summed
+    slowdown before, after, and under fair sharing, in the component view."""
+    rack: int
+    epoch: int
+    round: int
+    plan: List[Assignment] = field(default_factory=list)
+    before: float = 0.0
+    after: float = 0.0
+    fair: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, s: str) -> "JointReport":
+        d = json.loads(s)
+        d["plan"] = [Assignment(**a) for a in d["plan"]]
+        return cls(**d)
+
+
+class JointStage:
+    """Mixin of the Local Scheduler: the joint refinement of a small component."""
+
+    def joint_refine(self, epoch: int, rnd: int, links: set, start: Dict[str, Opt],
+                     cross: Sequence[str]) -> JointReport:
+        """``links``: the component's links (its racks'); ``start``: the current decision of
+        every job of the component; ``cross``: its rack-spanning jobs."""
+        model, G = self.model, self.G
+        jobs = sorted(start)
+        iso = {n: model.iso_iter(n) for n in jobs}
+        base: Dict[tuple, SimJob] = {}
+        memo: Dict[tuple, float] = {}
+
+        def sim(n: str, o: Opt) -> SimJob:
+            key = (n, o.spine, o.cap)
+            b = base.get(key)
+            if b is None:
+                b = base[key] = model.sim_job(n, make_decision(model, n, Opt(0, o.spine, o.cap)),
+                                              links=links)
+            return _with_priority(b, o.priority, o.shift * iso[n] / G if o.shift else 0.0)
+
+        def norm(a: Dict[str, Opt]) -> Dict[str, Opt]:
+            # a shift only for a job tied in its class with a link neighbour (common.shiftable)
+            if not any(a[n].shift for n in jobs):
+                return a
+            ok = set(shiftable([a[n].priority for n in jobs],
+                               [frozenset(sim(n, a[n]).links) for n in jobs]))
+            return {n: (a[n] if not a[n].shift or i in ok else a[n]._replace(shift=0))
+                    for i, n in enumerate(jobs)}
+
+        def cost(a: Dict[str, Opt]) -> float:
+            key = tuple(a[n] for n in jobs)
+            v = memo.get(key)
+            if v is None:
+                self.evals += 1
+                ts = self.model.ev.times([sim(n, a[n]) for n in jobs])
+                v = memo[key] = sum(min(t / iso[n] if iso[n] > 0 else 1.0, STARVED_SLOWDOWN)
+                                    for n, t in zip(jobs, ts))
+            return v
+
+        # every job is offered every path and cap here (the component view is exact: a cap
+        # on a rack-spanning job no longer doubles what the racks must report)
+        paths = {n: path_options(self.state, n, model, self.cap_fracs) for n in jobs}
+        cur = norm(dict(start))
+        before = cost(cur)
+        fair = {n: Opt(0, None, 1.0, 0) for n in jobs}
+        fair_c = cost(fair)
+        best, best_c = (fair, fair_c) if fair_c < before - 1e-9 else (cur, before)
+        for _ in range(self.max_passes):
+            improved = False
+            for n in jobs:
+                keep = best[n]
+                opts = [Opt(k, s, c, keep.shift) for k in range(self.K) for s, c in paths[n]]
+                opts += [keep._replace(shift=p) for p in range(G) if p != keep.shift]
+                for o in opts:
+                    if o == keep:
+                        continue
+                    t = norm({**best, n: o})
+                    c = cost(t)
+                    if c < best_c - 1e-9:
+                        best, best_c, improved = t, c, True
+            if not improved:
+                break
+        return JointReport(self.rack, epoch, rnd,
+                           [Assignment(n, o.priority, o.spine, o.cap, o.shift)
+                            for n, o in sorted(best.items())], before, best_c, fair_c)
