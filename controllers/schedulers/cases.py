@@ -81,7 +81,8 @@ def random_case(seed: int, max_jobs: int = 4) -> Scenario:
 def wide_case(seed: int, max_jobs: int = 8) -> Scenario:
     """A widened random contention case: 2-4 racks of 2-4 hosts, 1-2 spines, 1-4 GPUs per
     host, host links 100 Gb/s and uplinks sized for an oversubscription of 1:1 to 4:1
-    (hosts x host link / (spines x uplink)); 2..max_jobs jobs of 2-8 workers on random slots:
+    (hosts x host link / (spines x uplink)); 2..max_jobs jobs of 2-8 workers on random slots
+    (at most half the free slots each, while slots last):
     half ring all-reduce (50-500 MB), a quarter all-to-all (20-200 MB per rank), a quarter
     pipelines (send/recv of 50-300 MB between consecutive stages); compute 10-100 ms."""
     rng = random.Random(seed)
@@ -96,10 +97,9 @@ def wide_case(seed: int, max_jobs: int = 8) -> Scenario:
                      host_link_gbps=host_gbps, uplink_gbps=uplink)
     js: List[JobSpec] = []
     for k in range(rng.randint(2, max_jobs)):
-        n = rng.randint(2, 8)
         if len(slots) < 2:
             break
-        n = min(n, len(slots))
+        n = min(rng.randint(2, 8), max(2, len(slots) // 2))   # room for another job
         mine, slots = slots[:n], slots[n:]
         kind = rng.choice(["allreduce", "allreduce", "alltoall", "sendrecv"])
         lo, hi = {"allreduce": (50e6, 500e6), "alltoall": (20e6, 200e6),

@@ -29,7 +29,6 @@ class HarmonicsPolicy(Policy):
         self.joint_jobs = joint_jobs      # joint stage for components of at most this many jobs
         self.warm = warm                  # incremental epochs start from the last decisions
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
-        self._jfp: Dict[str, tuple] = {}     # the last epoch's job inputs (``_job_fp``)
         self.propose = propose            # the proposal stage (halo views, joint proposals)
         self.large_group = large_group   # groups larger than this: closed-form proxy
         self.shift_phases = shift_phases  # 1: no phase stage (no start-time shifts)
@@ -194,11 +193,13 @@ class HarmonicsPolicy(Policy):
         warm = prev is not None and self.warm and bool(prev[2])
         movable: Optional[set] = None
         if warm:
-            # only the rack-spanning jobs whose own inputs changed (and new ones) move; the
-            # others hold the last decisions (racks whose inputs changed re-solve their
-            # rack-local jobs around them; the others' caches answer their held solves)
+            # only the rack-spanning jobs of the racks whose inputs changed (a job arrived,
+            # left or changed there) move, and new ones; the others hold the last decisions
+            # (the unchanged racks' caches answer their held solves)
             cross_now = {n for n in names if model.jobs[model.index[n]].spans_racks}
-            movable = {n for n in cross_now if n not in prev[2] or self._jfp.get(n) != jfp[n]}
+            dirty = [r for r in locs if prev[1].get(r, (None,))[0] != fps[r]]
+            movable = {n for r in dirty for n in locs[r].cross}
+            movable |= {n for n in cross_now if n not in prev[2]}
             # the rounds choose shift-free decisions (the phase stage sets the shifts again)
             prev = (prev[0], prev[1], {j: Assignment(j, a.priority, a.spine, a.cap, 0)
                                        for j, a in prev[2].items() if j in cross_now})
@@ -334,7 +335,6 @@ class HarmonicsPolicy(Policy):
         # what every Local Scheduler enforces at the end (tests check the consistency)
         self.rack_views = {r: dict(L.assign) for r, L in locs.items()}
         if self.incremental:
-            self._jfp = jfp
             self._prev = ((model.ev.cap, K), {r: (fps[r], L) for r, L in locs.items()},
                           dict(current or {}))
         elapsed = time.perf_counter() - t_start
