@@ -92,8 +92,9 @@ class GlobalCoordinator:
         """Like ``_totals_max`` but a rack-spanning job's slowdown compounds over its racks
         (``_product``) instead of being its worst rack's; every option at once (numpy)."""
         me = entries[0]
-        own = np.array([[o.own for o in e.options] for e in entries])           # racks x O
-        tot = np.array([[o.local_others for o in e.options] for e in entries]).sum(axis=0)
+        cm = [e.costs() for e in entries]
+        own = np.array([c[:, 0] for c in cm])                                     # racks x O
+        tot = np.array([c[:, 1] for c in cm]).sum(axis=0)
         mp = np.array([e.local_peers > 0 for e in entries])[:, None]
         tot = tot + self._product_vec(own, mp, me.compute_s, me.iso_s)
         V, P, c, iso = self._views(entries, racks, info, peers)
@@ -105,8 +106,9 @@ class GlobalCoordinator:
         """Summed cost of every option: rack-local jobs count once per rack (they live in one
         rack); a rack-spanning job counts once, at its worst rack (it moves at the pace of its
         slowest link) - the job itself and every other rack-spanning job reported."""
-        own = np.array([[o.own for o in e.options] for e in entries])
-        tot = np.array([[o.local_others for o in e.options] for e in entries]).sum(axis=0)
+        cm = [e.costs() for e in entries]
+        own = np.array([c[:, 0] for c in cm])
+        tot = np.array([c[:, 1] for c in cm]).sum(axis=0)
         V, _, _, _ = self._views(entries, list(range(len(entries))), {}, {})
         if self.compound == "sum":   # excess delays add up along the job's racks
             tot = tot + 1.0 + (own - 1.0).sum(axis=0)

@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence
 
 from ..common import Opt, make_decision, path_options, shiftable
 from ..model import STARVED_SLOWDOWN, SimJob
-from .messages import Assignment
+from .messages import Assignment, ProposalReport, ViewCost
 from .rackview import _with_priority
 
 
@@ -128,3 +128,30 @@ class JointStage:
         return JointReport(self.rack, epoch, rnd,
                            [Assignment(n, o.priority, o.spine, o.cap, o.shift)
                             for n, o in sorted(best.items())], before, best_c, fair_c)
+
+    # -- the guard over a component the joint stage does not take ------------------
+    def fair_check(self, epoch: int, rnd: int) -> ProposalReport:
+        """This rack's view cost (``ViewCost``) of its groups that hold a rack-spanning job,
+        at the current decisions and with every job of those groups at fair sharing's (one
+        class, ECMP, no cap, no shift): ``costs["guard"] = [current, fair]``."""
+        a = self.assign
+        fair = dict(a)
+        cur, fv = ViewCost(0.0, {}), ViewCost(0.0, {})
+        for g in self.groups:
+            if not any(n in self._cross_set for n in g):
+                continue
+            fair.update({n: Opt(0, None, 1.0) for n in g})
+            for vc, asg in ((cur, a), (fv, fair)):
+                for n, v in zip(g, self._slowdowns(g, asg)):
+                    if n in self._cross_set:
+                        vc.cross[n] = v
+                    else:
+                        vc.local += v
+        return ProposalReport(self.rack, epoch, rnd, costs={"guard": [cur, fv]})
+
+    def adopt_fair(self) -> None:
+        """The Coordinator found fair sharing better over the component: every job of this
+        rack's groups that hold a rack-spanning job takes it."""
+        for g in self.groups:
+            if any(n in self._cross_set for n in g):
+                self.assign.update({n: Opt(0, None, 1.0) for n in g})

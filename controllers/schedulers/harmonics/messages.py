@@ -4,7 +4,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,15 +36,35 @@ class JobSummary:
     # slowdowns under each option (options x len(cross))
     cross: List[str] = field(default_factory=list)
     cross_costs: Optional[np.ndarray] = None
+    matrix: Optional[np.ndarray] = None   # costs() as received (decoded messages)
 
     def costs(self) -> np.ndarray:
         """options x (2 + len(cross)): own, local_others, then each ``cross`` job's slowdown."""
+        if self.matrix is not None:
+            return self.matrix
         m = np.empty((len(self.options), 2 + len(self.cross)))
         m[:, 0] = [o.own for o in self.options]
         m[:, 1] = [o.local_others for o in self.options]
         if self.cross:
             m[:, 2:] = self.cross_costs
         return m
+
+
+class _Options(Sequence):
+    """A decoded summary's options, each ``OptionCost`` built when read (the Coordinator
+    reads the cost matrix and only the options it picks)."""
+
+    def __init__(self, rows: list, m: np.ndarray):
+        self._rows, self._m = rows, m
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        p, sp, c, sh = self._rows[i]
+        return OptionCost(p, sp, c, float(self._m[i, 0]), float(self._m[i, 1]), sh)
 
 
 def _pack(m: np.ndarray) -> str:
@@ -89,12 +109,9 @@ class RackSummary:
         for j in d["jobs"]:
             cross = j["cross"]
             m = _unpack(j["costs"], 2 + len(cross))
-            own, lo = m[:, 0].tolist(), m[:, 1].tolist()
-            opts = [OptionCost(p, sp, c, own[i], lo[i], sh)
-                    for i, (p, sp, c, sh) in enumerate(j["options"])]
-            jobs.append(JobSummary(j["job"], j["preferred"], opts, j["uplink_gbps"],
-                                   j["compute_s"], j["iso_s"], j["local_peers"], cross,
-                                   m[:, 2:]))
+            jobs.append(JobSummary(j["job"], j["preferred"], _Options(j["options"], m),
+                                   j["uplink_gbps"], j["compute_s"], j["iso_s"],
+                                   j["local_peers"], cross, m[:, 2:], m))
         d["jobs"] = jobs
         return cls(**d)
 

@@ -19,3 +19,6 @@ PROPOSE_MIN = PROBE_MIN
 SCREEN_BOUND = True  # ... also before screening runs (changes which options reach the top)
 # the proxy scores a large group's summary candidates in batches of at most this many
 PROXY_CHUNK = 64
+# the guard: a Local Scheduler's solve, and the Coordinator over a component, never keep a
+# plan their view scores worse than fair sharing's
+GUARD = True

@@ -27,6 +27,7 @@ class HarmonicsPolicy(Policy):
                  screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES,
                  propose: bool = True, warm: bool = True, joint_jobs: int = 8):
         self.joint_jobs = joint_jobs      # joint stage for components of at most this many jobs
+        self._joint_cache: Dict[tuple, object] = {}
         self.warm = warm                  # incremental epochs start from the last decisions
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
         self.propose = propose            # the proposal stage (halo views, joint proposals)
@@ -60,7 +61,8 @@ class HarmonicsPolicy(Policy):
              tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items()))) for j in state.jobs)))
 
     def _joint(self, locs: Dict[int, LocalScheduler], current: Dict[str, Assignment],
-               coord: GlobalCoordinator, epoch: int, rnd: int, phase) -> Tuple[int, int]:
+               coord: GlobalCoordinator, epoch: int, rnd: int, phase, jfp: Dict[str, tuple]
+               ) -> Tuple[int, int]:
         """The joint stage (``joint.py``): every component of racks linked by rack-spanning
         jobs with at most ``joint_jobs`` jobs and no proxy-scored group is refined by its
         lowest rack in the component view; the plan is adopted if it lowers the component's
@@ -73,6 +75,9 @@ class HarmonicsPolicy(Policy):
             jobs = sorted({n for r in comp for n in locs[r].jobs})
             if (len(jobs) < 2 or len(jobs) > self.joint_jobs
                     or any(locs[r].large for r in comp)):
+                if (params.GUARD and not any(locs[r].large for r in comp)
+                        and self._guard(locs, comp, current, coord, epoch, rnd, phase)):
+                    changed += 1
                 continue
             offers = phase(lambda L: JointOffer(L.rack, epoch, rnd, [
                 Assignment(n, o.priority, o.spine, o.cap, o.shift)
@@ -84,9 +89,17 @@ class HarmonicsPolicy(Policy):
             ask = self._post(CoordinatorMessage(epoch, rnd, [start[j] for j in jobs], joint=comp))
             links = set().union(*(locs[r].links for r in comp))
             cross = [j for j in jobs if j in current]
-            rep = phase(lambda L: L.joint_refine(epoch, rnd, links,
-                                                 {a.job: a.opt for a in ask.assignments},
-                                                 cross), [lead])[lead]
+            # a component whose jobs' inputs and plan did not change since an earlier epoch
+            # gets the same refinement (incremental epochs)
+            key = (tuple((j, jfp.get(j)) for j in jobs), tuple(a.opt for a in ask.assignments))
+            rep = self._joint_cache.get(key)
+            if rep is None:
+                rep = phase(lambda L: L.joint_refine(epoch, rnd, links,
+                                                     {a.job: a.opt for a in ask.assignments},
+                                                     cross), [lead])[lead]
+                if len(self._joint_cache) > 4096:
+                    self._joint_cache.clear()
+                self._joint_cache[key] = rep
             rep = self._post(rep)
             done += 1
             if rep.after < rep.before - 1e-9:
@@ -100,6 +113,30 @@ class HarmonicsPolicy(Policy):
                     L = locs[r]
                     L.assign.update({a.job: a.opt for a in msg.assignments if a.job in L.assign})
         return done, changed
+
+    def _guard(self, locs, comp: List[int], current: Dict[str, Assignment],
+               coord: GlobalCoordinator, epoch: int, rnd: int, phase) -> bool:
+        """The Coordinator's guard over a component the joint stage does not take: its racks
+        report their views' cost at the current plan and at fair sharing (``fair_check``);
+        if fair sharing's total (``_view_total``: rack-local jobs once, a rack-spanning job
+        at its worst rack) is lower, every rack-spanning job of the component goes to fair
+        sharing and the racks put the jobs of those groups there too."""
+        reps = phase(lambda L: L.fair_check(epoch, rnd), [r for r in comp if locs[r].cross])
+        reps = [self._post(x) for _, x in sorted(reps.items())]
+        if not reps:
+            return False
+        before = coord._view_total([x.costs["guard"][0] for x in reps])
+        after = coord._view_total([x.costs["guard"][1] for x in reps])
+        if not after < before - coord.tol * max(1.0, before):
+            return False
+        jobs = sorted({j for x in reps for j in x.costs["guard"][0].cross})
+        msg = self._post(CoordinatorMessage(epoch, rnd, [Assignment(j, 0, None, 1.0, 0)
+                                                         for j in jobs]))
+        for a in msg.assignments:
+            current[a.job] = a
+        phase(lambda L: L.adopt_fair(), comp)
+        self.guarded_components += 1
+        return True
 
     @staticmethod
     def _job_fp(j) -> tuple:
@@ -200,8 +237,10 @@ class HarmonicsPolicy(Policy):
             dirty = [r for r in locs if prev[1].get(r, (None,))[0] != fps[r]]
             movable = {n for r in dirty for n in locs[r].cross}
             movable |= {n for n in cross_now if n not in prev[2]}
-            # the rounds choose shift-free decisions (the phase stage sets the shifts again)
-            prev = (prev[0], prev[1], {j: Assignment(j, a.priority, a.spine, a.cap, 0)
+            # the rounds choose shift-free decisions for the jobs that move (the phase stage
+            # sets their shifts again); the others keep theirs
+            prev = (prev[0], prev[1], {j: Assignment(j, a.priority, a.spine, a.cap,
+                                                     0 if j in movable else a.shift)
                                        for j, a in prev[2].items() if j in cross_now})
         coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
         epoch = state.epoch
@@ -323,8 +362,9 @@ class HarmonicsPolicy(Policy):
             if not msg.accepted:
                 break
         t_prop = time.perf_counter() - t_prop
+        self.guarded_components = 0
         joint = self._joint(locs, current, coord, epoch, last_rnd + phase_rounds + prop_rounds + 1,
-                            phase) if current and self.joint_jobs > 0 else (0, 0)
+                            phase, jfp) if current and self.joint_jobs > 0 else (0, 0)
         final: Dict[str, Opt] = {}
         for r, L in locs.items():
             for n in L.local:
@@ -343,6 +383,8 @@ class HarmonicsPolicy(Policy):
                       "proposal_s": t_prop,
                       "proposals_accepted": accepted,
                       "joint_components": joint[0], "joint_improved": joint[1],
+                      "guarded": sum(L.guarded for L in locs.values()),
+                      "guarded_components": self.guarded_components,
                       "halo_evals": sum(L.halo_evals for L in locs.values()),
                       "shifted": sum(1 for o in final.values() if o.shift),
                       "racks": len(locs), "cross_jobs": len(current or {}),

@@ -70,6 +70,7 @@ class RackView:
         self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
         self._solved: Dict[tuple, Dict[str, Opt]] = {}           # (group, fixed) -> solution
         self.evals = 0
+        self.guarded = 0           # solves the guard turned to fair sharing
         self.proxy_evals = 0
         self.proxy_batches = 0
         self._prows: Dict[tuple, tuple] = {}
@@ -94,6 +95,7 @@ class RackView:
     def new_epoch(self) -> None:
         """Kept for another epoch (inputs unchanged): its caches stay, its counters restart."""
         self.evals = self.proxy_evals = self.proxy_batches = self.pruned = self.halo_evals = 0
+        self.guarded = 0
 
     def _is_large(self, group: Sequence[str]) -> bool:
         """A group of more than ``large_group`` jobs is scored with the closed-form load

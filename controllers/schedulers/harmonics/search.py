@@ -248,6 +248,15 @@ class LocalSearch(RackView):
             if sol is None:
                 sub: Dict[str, Opt] = {n: fixed[n] for n in held}
                 self._solve_group(g, free, sub)
+                if params.GUARD and not self._is_large(g):
+                    # the guard: never an assignment this view scores worse than fair
+                    # sharing for the free jobs (one class, ECMP, no cap, no shift); not on
+                    # the proxy, whose verdict on ECMP is not to be trusted (docs)
+                    fair = dict(sub)
+                    fair.update({n: Opt(0, None, 1.0) for n in free})
+                    if self._cost(g, fair) < self._cost(g, sub) - 1e-9:
+                        sub = fair
+                        self.guarded += 1
                 sol = {n: sub[n] for n in free}
                 self._solved[key] = sol
                 if not held:   # a free solve is also a solution with its cross decisions held
