@@ -5,9 +5,10 @@ Racks linked by rack-spanning jobs form a component.  When a component holds at 
 jobs' decisions up (``JointOffer``) and the Coordinator hands the whole component to its
 lowest-numbered rack (``CoordinatorMessage.joint``): that rack's halo then covers every rack
 of the component, so its view is the union of their views, the model itself for those jobs.
-There it compares the current plan with fair sharing (every job in one class, ECMP, no cap, no
-shift) and refines the better one by coordinate descent over each job's class, spine, cap and
-shift phase (a move accepted only if the component's summed slowdown falls).  The result is
+There it runs a coordinate descent over each job's class, spine, cap and shift phase (a move
+accepted only if the component's summed slowdown falls) from three starts: the current plan,
+fair sharing (every job in one class, ECMP, no cap, no shift) and the current classes with the
+rack-spanning jobs spread over the spines; it keeps the best result.  The result is
 never worse than fair sharing's in the model (the guard, exact for small components), and a
 plan no single move improves."""
 from __future__ import annotations
@@ -109,13 +110,38 @@ class JointStage:
         before = cost(cur)
         fair = {n: Opt(0, None, 1.0, 0) for n in jobs}
         fair_c = cost(fair)
-        best, best_c = (fair, fair_c) if fair_c < before - 1e-9 else (cur, before)
+        # starts: the current plan, fair sharing, and the current classes with the
+        # rack-spanning jobs spread over the spines (longest communication first, each on the
+        # spine least used by the jobs already placed that share a rack with it)
+        spread = dict(cur)
+        placed: List[tuple] = []
+        S = self.model.cluster.spec.spines
+        for n in sorted(cross, key=lambda m: (-model.iso_comm(m), m)):
+            if S <= 1 or not any(s is not None for s, _ in paths[n]):
+                continue
+            racks = set(model.jobs[model.index[n]].racks)
+            load = [sum(t for m, s, t, rs in placed if s == x and rs & racks) for x in range(S)]
+            x = min(range(S), key=lambda k: (load[k], k))
+            spread[n] = spread[n]._replace(spine=x, shift=0)
+            placed.append((n, x, model.iso_comm(n), racks))
+        best, best_c = None, float("inf")
+        for st in (cur, fair, norm(spread)):
+            a, c = self._joint_descent(jobs, st, cost(st), paths, norm, cost)
+            if c < best_c - 1e-9:
+                best, best_c = a, c
+        return JointReport(self.rack, epoch, rnd,
+                           [Assignment(n, o.priority, o.spine, o.cap, o.shift)
+                            for n, o in sorted(best.items())], before, best_c, fair_c)
+
+    def _joint_descent(self, jobs, best, best_c, paths, norm, cost):
+        """Coordinate descent from ``best``: each job's class, spine and cap with its shift
+        held, then its shift phases; a move is accepted only if the summed slowdown falls."""
         for _ in range(self.max_passes):
             improved = False
             for n in jobs:
                 keep = best[n]
                 opts = [Opt(k, s, c, keep.shift) for k in range(self.K) for s, c in paths[n]]
-                opts += [keep._replace(shift=p) for p in range(G) if p != keep.shift]
+                opts += [keep._replace(shift=p) for p in range(self.G) if p != keep.shift]
                 for o in opts:
                     if o == keep:
                         continue
@@ -125,9 +151,7 @@ class JointStage:
                         best, best_c, improved = t, c, True
             if not improved:
                 break
-        return JointReport(self.rack, epoch, rnd,
-                           [Assignment(n, o.priority, o.spine, o.cap, o.shift)
-                            for n, o in sorted(best.items())], before, best_c, fair_c)
+        return best, best_c
 
     # -- the guard over a component the joint stage does not take ------------------
     def fair_check(self, epoch: int, rnd: int) -> ProposalReport:

@@ -25,7 +25,9 @@ class HarmonicsPolicy(Policy):
                  reuse: bool = True, span_weight: bool = False, compound: str = "product",
                  cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
                  screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES,
-                 propose: bool = True, warm: bool = True, joint_jobs: int = 8):
+                 propose: bool = True, warm: bool = True, joint_jobs: int = 8,
+                 warm_rounds: int = 3):
+        self.warm_rounds = warm_rounds    # rounds of a warm epoch (a descent step each)
         self.joint_jobs = joint_jobs      # joint stage for components of at most this many jobs
         self._joint_cache: Dict[tuple, object] = {}
         self.warm = warm                  # incremental epochs start from the last decisions
@@ -261,7 +263,7 @@ class HarmonicsPolicy(Policy):
         cross_racks = [r for r in locs if locs[r].cross]
         current: Optional[Dict[str, Assignment]] = dict(prev[2]) if warm else None
         rounds = 0
-        for rnd in range(1, self.max_rounds + 1):
+        for rnd in range(1, (self.warm_rounds if warm else self.max_rounds) + 1):
             rounds = rnd
             if current is None:
                 sums = phase(lambda L: L.summarise(epoch, rnd), cross_racks)
