@@ -261,7 +261,7 @@ def test_harmonics_incremental_epoch_equals_cold_solve(which):
     states = ([state_from_scenario(resolve(mix_scenario(256)))] if which == "mix-256"
               else small_states(6, max_jobs=4, seed0=200))
     for st in states:
-        h = get_policy("harmonics")
+        h = get_policy("harmonics", warm=False)   # warm starts: tests/test_harmonics_scale.py
         h.decide(st)
         nxt = _next_epoch(st)
         warm = h.decide(nxt)
@@ -492,4 +492,8 @@ def test_phase_stage_probes_a_starved_job_into_a_tie(monkeypatch):
     assert any(p["probe"] == ["jobB"] for p in probes)
     _check_consistent(st, h, d)
     monkeypatch.setattr(H.params, "PROBE_MIN", float("inf"))
-    assert predict(st, get_policy("harmonics").decide(st)).mean_slowdown == pytest.approx(1.5)
+    # (the joint stage alone also reaches 1.09 on this 2-job component)
+    assert predict(st, get_policy("harmonics", joint_jobs=0).decide(st)).mean_slowdown \
+        == pytest.approx(1.5)
+    assert predict(st, get_policy("harmonics").decide(st)).mean_slowdown \
+        == pytest.approx(best, rel=1e-9)
