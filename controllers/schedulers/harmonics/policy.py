@@ -140,6 +140,151 @@ class HarmonicsPolicy(Policy):
         self.guarded_components += 1
         return True
 
+    def _racks(self, state, model, K: int, names, pot, prev, jfp) -> tuple:
+        """The Local Schedulers of this epoch (rack -> scheduler), each rack's inputs and how
+        many racks were kept from the last epoch."""
+        cl = state.cluster
+        # the links each rack owns (links_of_rack for every rack, in one pass)
+        tor_rack = {t: r for r, t in enumerate(cl.tors)}
+        rack_links: Dict[int, set] = {r: set() for r in range(cl.spec.racks)}
+        for l in cl.links:
+            for end in (l.src, l.dst):
+                r = tor_rack.get(end)
+                if r is not None:
+                    rack_links[r].add(l.index)
+        link_rack = {l: r for r, ls in rack_links.items() for l in ls}
+        rack_jobs: Dict[int, List[str]] = {}
+        for n in names:
+            for r in sorted({link_rack[l] for l in pot[n]}):
+                rack_jobs.setdefault(r, []).append(n)
+        # incremental epochs: a rack whose inputs (its jobs and their profiles, in the reuse
+        # fingerprint's 2% buckets) did not change keeps its Local Scheduler and every cache
+        # of it (summaries, solves); warm start: the Coordinator starts from the last
+        # epoch's decisions of the rack-spanning jobs that are still there
+        locs: Dict[int, LocalScheduler] = {}
+        fps: Dict[int, tuple] = {}
+        reused = 0
+        for r in sorted(rack_jobs):
+            fps[r] = tuple((n, jfp[n]) for n in rack_jobs[r])
+            old = prev[1].get(r) if prev is not None else None
+            if old is not None and old[0] == fps[r]:
+                locs[r] = old[1]
+                locs[r].new_epoch()
+                reused += 1
+                continue
+            locs[r] = LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
+                                     self.cap_fracs, self.exhaustive_limit, self.max_passes,
+                                     self.span_weight, self.cross_caps, self.screen,
+                                     self.screen_keep, self.large_group, self.shift_phases)
+        return locs, fps, reused
+
+    def _phase_stage(self, locs, current, coord, epoch: int, last_rnd: int, sums, phase,
+                     at_coord, cross_racks) -> tuple:
+        """The phase stage (docs/harmonics.md).  Returns (current, phase rounds)."""
+        # phase stage: start-time shifts of the jobs tied in a class with a link neighbour,
+        # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
+        # the rack-spanning ones from the racks' costs of each phase (same descent as above)
+        phase_rounds = 0
+        probe: List[str] = []
+        if self.shift_phases > 1 and current:
+            # the Coordinator names the rack-spanning jobs the phase stage probes (their
+            # slowdown compounded over the last round's views)
+            probe = at_coord(lambda: self._post(CoordinatorMessage(
+                epoch, last_rnd, list(current.values()),
+                coord.slowed(sums, current, params.PROBE_MIN))).probe)
+        while self.shift_phases > 1:
+            fixed = {j: a.opt for j, a in (current or {}).items()}
+            phase(lambda L: L.phase_solve({n: fixed[n] for n in L.cross}), list(locs))
+            if not cross_racks or phase_rounds >= self.max_rounds:
+                break
+            phase_rounds += 1
+            rnd = last_rnd + phase_rounds
+            sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross},
+                                                     probe), cross_racks)
+            sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
+            if not sums:
+                break
+            msg = at_coord(lambda: self._post(coord.coordinate(sums, epoch, rnd, current)))
+            new = {a.job: a for a in msg.assignments}
+            changed = any(new[j] != current[j] for j in new)
+            current = new
+            if not changed:
+                break
+        return current, phase_rounds
+
+    def _decisions(self, state, model, locs, final: Dict[str, Opt], current) -> Decisions:
+        """The epoch's Decision per job, with its reason."""
+        # jobs scored with the closed-form proxy in at least one rack (said in the reason)
+        proxied: Dict[str, List[int]] = {}
+        for r, L in locs.items():
+            for g in L.large:
+                for n in g:
+                    proxied.setdefault(n, []).append(r)
+        out: Decisions = {}
+        for j in state.jobs:
+            o = final.get(j.name)
+            if o is None:
+                out[j.name] = Decision(job=j.name, reason="harmonics: no network traffic")
+                continue
+            tier = "coordinator" if j.name in (current or {}) else f"local scheduler of rack {j.racks[0]}"
+            why = f"harmonics: {tier}, class {o.priority}, spine {o.spine}, cap {o.cap:g}"
+            if o.shift:
+                why += f", shift phase {o.shift}/{self.shift_phases}"
+            if j.name in proxied:
+                why += (f"; group > {self.large_group} jobs in rack(s) "
+                        f"{','.join(map(str, proxied[j.name]))}: scored with the closed-form "
+                        f"load proxy, not the model")
+            out[j.name] = make_decision(model, j.name, o, why)
+        return out
+
+    def _proposal_stage(self, locs, current, coord, epoch: int, rnd0: int, phase, at_coord,
+                        cross_racks) -> tuple:
+        """The proposal stage: racks exchange their boundary jobs (ghosts), each searches its
+        halo groups jointly, the other racks cost the proposals, the Coordinator accepts the
+        best (after the phase stage, whose rack views would otherwise undo its joint moves).
+        Returns (current, rounds, proposals accepted)."""
+        prop_rounds, accepted = 0, 0
+        for _ in range(self.max_rounds if self.propose and cross_racks and current else 0):
+            prop_rounds += 1
+            rnd = rnd0 + prop_rounds
+            fixed = {j: a.opt for j, a in current.items()}
+            for L in locs.values():
+                L.assign.update({n: fixed[n] for n in L.cross})
+            reps = phase(lambda L: ProposalReport(L.rack, epoch, rnd, boundary=L.boundary()),
+                         list(locs))
+            reps = [self._post(x) for _, x in sorted(reps.items()) if x.boundary]
+            routed = at_coord(lambda: coord.route_ghosts(reps))
+            # only racks that hold ghosts propose (elsewhere the halo view is the rack view)
+            msgs = {r: self._post(CoordinatorMessage(epoch, rnd, [], ghosts=gs))
+                    for r, gs in sorted(routed.items()) if r in locs}
+            reps = phase(lambda L: (L.set_halo(msgs[L.rack].ghosts),
+                                    L.propose(epoch, rnd, self.exhaustive_limit))[1],
+                         sorted(msgs))
+            reps = [self._post(x) for _, x in sorted(reps.items()) if x.proposals]
+            if not reps:
+                break
+            routed = at_coord(lambda: coord.route_proposals(reps))
+            asks = {r: self._post(CoordinatorMessage(epoch, rnd, [], proposals=ps))
+                    for r, ps in routed.items()}
+            costs = phase(lambda L: (L.rack in msgs or L.set_halo([]),
+                                     L.cost_proposals(epoch, rnd, asks[L.rack].proposals))[1],
+                          sorted(asks))
+            costs = [self._post(x) for _, x in sorted(costs.items())]
+            msg = at_coord(lambda: self._post(self._arbitrated(coord, reps + costs, current,
+                                                               epoch, rnd)))
+            current = {a.job: a for a in msg.assignments}
+            fixed = {j: a.opt for j, a in current.items()}
+            phase(lambda L: L.adopt(fixed, msg.accepted), list(locs))
+            accepted += len(msg.accepted)
+            if not msg.accepted:
+                break
+        return current, prop_rounds, accepted
+
+    @staticmethod
+    def _arbitrated(coord, reports, current, epoch: int, rnd: int) -> CoordinatorMessage:
+        new, acc = coord.arbitrate(reports, current)
+        return CoordinatorMessage(epoch, rnd, list(new.values()), accepted=acc)
+
     @staticmethod
     def _job_fp(j) -> tuple:
         """A job's inputs in the reuse fingerprint's 2% buckets."""
@@ -194,41 +339,10 @@ class HarmonicsPolicy(Policy):
         model = ContentionModel(state, self._evaluator(cl))
         names = [j.name for j in state.jobs if has_comm(model, j.name)]
         pot = {n: potential_links(state, model, n) for n in names}
-        # the links each rack owns (links_of_rack for every rack, in one pass)
-        tor_rack = {t: r for r, t in enumerate(cl.tors)}
-        rack_links: Dict[int, set] = {r: set() for r in range(cl.spec.racks)}
-        for l in cl.links:
-            for end in (l.src, l.dst):
-                r = tor_rack.get(end)
-                if r is not None:
-                    rack_links[r].add(l.index)
-        link_rack = {l: r for r, ls in rack_links.items() for l in ls}
-        rack_jobs: Dict[int, List[str]] = {}
-        for n in names:
-            for r in sorted({link_rack[l] for l in pot[n]}):
-                rack_jobs.setdefault(r, []).append(n)
-        # incremental epochs: a rack whose inputs (its jobs and their profiles, in the reuse
-        # fingerprint's 2% buckets) did not change keeps its Local Scheduler and every cache
-        # of it (summaries, solves); warm start: the Coordinator starts from the last
-        # epoch's decisions of the rack-spanning jobs that are still there
         prev = self._prev if (self.incremental and self._prev is not None
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
-        locs: Dict[int, LocalScheduler] = {}
-        fps: Dict[int, tuple] = {}
-        reused = 0
-        for r in sorted(rack_jobs):
-            fps[r] = tuple((n, jfp[n]) for n in rack_jobs[r])
-            old = prev[1].get(r) if prev is not None else None
-            if old is not None and old[0] == fps[r]:
-                locs[r] = old[1]
-                locs[r].new_epoch()
-                reused += 1
-                continue
-            locs[r] = LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
-                                     self.cap_fracs, self.exhaustive_limit, self.max_passes,
-                                     self.span_weight, self.cross_caps, self.screen,
-                                     self.screen_keep, self.large_group, self.shift_phases)
+        locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp)
         warm = prev is not None and self.warm and bool(prev[2])
         movable: Optional[set] = None
         if warm:
@@ -260,6 +374,13 @@ class HarmonicsPolicy(Policy):
             crit += worst
             return res
 
+        def at_coord(fn):
+            nonlocal crit
+            t0 = time.perf_counter()
+            res = fn()
+            crit += time.perf_counter() - t0
+            return res
+
         cross_racks = [r for r in locs if locs[r].cross]
         current: Optional[Dict[str, Assignment]] = dict(prev[2]) if warm else None
         rounds = 0
@@ -286,83 +407,11 @@ class HarmonicsPolicy(Policy):
             if not changed or not cross_racks:
                 break
         last_rnd = rounds               # message round numbers go on from here
-        # phase stage: start-time shifts of the jobs tied in a class with a link neighbour,
-        # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
-        # the rack-spanning ones from the racks' costs of each phase (same descent as above)
-        phase_rounds = 0
-        probe: List[str] = []
-        if self.shift_phases > 1 and current:
-            # the Coordinator names the rack-spanning jobs the phase stage probes (their
-            # slowdown compounded over the last round's views)
-            t0 = time.perf_counter()
-            probe = self._post(CoordinatorMessage(epoch, last_rnd, list(current.values()),
-                                                  coord.slowed(sums, current, params.PROBE_MIN))).probe
-            crit += time.perf_counter() - t0
-        while self.shift_phases > 1:
-            fixed = {j: a.opt for j, a in (current or {}).items()}
-            phase(lambda L: L.phase_solve({n: fixed[n] for n in L.cross}), list(locs))
-            if not cross_racks or phase_rounds >= self.max_rounds:
-                break
-            phase_rounds += 1
-            rnd = last_rnd + phase_rounds
-            sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross},
-                                                     probe), cross_racks)
-            sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
-            if not sums:
-                break
-            t0 = time.perf_counter()
-            msg = self._post(coord.coordinate(sums, epoch, rnd, current))
-            crit += time.perf_counter() - t0
-            new = {a.job: a for a in msg.assignments}
-            changed = any(new[j] != current[j] for j in new)
-            current = new
-            if not changed:
-                break
-        # proposal stage: racks exchange their boundary jobs (ghosts), each searches its halo
-        # groups jointly, the other racks cost the proposals, the Coordinator accepts the best
-        # (after the phase stage, whose rack views would otherwise undo its joint moves)
-        t_prop = time.perf_counter()
-        prop_rounds, accepted = 0, 0
-        for _ in range(self.max_rounds if self.propose and cross_racks and current else 0):
-            prop_rounds += 1
-            rnd = last_rnd + phase_rounds + prop_rounds
-            fixed = {j: a.opt for j, a in current.items()}
-            for L in locs.values():
-                L.assign.update({n: fixed[n] for n in L.cross})
-            reps = phase(lambda L: ProposalReport(L.rack, epoch, rnd, boundary=L.boundary()),
-                         list(locs))
-            reps = [self._post(x) for _, x in sorted(reps.items()) if x.boundary]
-            t0 = time.perf_counter()
-            routed = coord.route_ghosts(reps)
-            crit += time.perf_counter() - t0
-            # only racks that hold ghosts propose (elsewhere the halo view is the rack view)
-            msgs = {r: self._post(CoordinatorMessage(epoch, rnd, [], ghosts=gs))
-                    for r, gs in sorted(routed.items()) if r in locs}
-            reps = phase(lambda L: (L.set_halo(msgs[L.rack].ghosts),
-                                    L.propose(epoch, rnd, self.exhaustive_limit))[1],
-                         sorted(msgs))
-            reps = [self._post(x) for _, x in sorted(reps.items()) if x.proposals]
-            if not reps:
-                break
-            t0 = time.perf_counter()
-            routed = coord.route_proposals(reps)
-            crit += time.perf_counter() - t0
-            asks = {r: self._post(CoordinatorMessage(epoch, rnd, [], proposals=ps))
-                    for r, ps in routed.items()}
-            costs = phase(lambda L: (L.rack in msgs or L.set_halo([]),
-                                     L.cost_proposals(epoch, rnd, asks[L.rack].proposals))[1],
-                          sorted(asks))
-            costs = [self._post(x) for _, x in sorted(costs.items())]
-            t0 = time.perf_counter()
-            new, acc = coord.arbitrate(reps + costs, current)
-            msg = self._post(CoordinatorMessage(epoch, rnd, list(new.values()), accepted=acc))
-            crit += time.perf_counter() - t0
-            current = {a.job: a for a in msg.assignments}
-            fixed = {j: a.opt for j, a in current.items()}
-            phase(lambda L: L.adopt(fixed, msg.accepted), list(locs))
-            accepted += len(msg.accepted)
-            if not msg.accepted:
-                break
+        current, phase_rounds = self._phase_stage(locs, current, coord, epoch, last_rnd, sums,
+                                                  phase, at_coord, cross_racks)
+        t_prop = time.perf_counter()     # the proposal stage
+        current, prop_rounds, accepted = self._proposal_stage(
+            locs, current, coord, epoch, last_rnd + phase_rounds, phase, at_coord, cross_racks)
         t_prop = time.perf_counter() - t_prop
         self.guarded_components = 0
         joint = self._joint(locs, current, coord, epoch, last_rnd + phase_rounds + prop_rounds + 1,
@@ -397,25 +446,4 @@ class HarmonicsPolicy(Policy):
                       "pruned": sum(L.pruned for L in locs.values()),
                       "simulations": model.ev.evaluations, "reused": 0,
                       "racks_reused": reused, "warm": int(warm)}
-        # jobs scored with the closed-form proxy in at least one rack (said in the reason)
-        proxied: Dict[str, List[int]] = {}
-        for r, L in locs.items():
-            for g in L.large:
-                for n in g:
-                    proxied.setdefault(n, []).append(r)
-        out: Decisions = {}
-        for j in state.jobs:
-            o = final.get(j.name)
-            if o is None:
-                out[j.name] = Decision(job=j.name, reason="harmonics: no network traffic")
-                continue
-            tier = "coordinator" if j.name in (current or {}) else f"local scheduler of rack {j.racks[0]}"
-            why = f"harmonics: {tier}, class {o.priority}, spine {o.spine}, cap {o.cap:g}"
-            if o.shift:
-                why += f", shift phase {o.shift}/{self.shift_phases}"
-            if j.name in proxied:
-                why += (f"; group > {self.large_group} jobs in rack(s) "
-                        f"{','.join(map(str, proxied[j.name]))}: scored with the closed-form "
-                        f"load proxy, not the model")
-            out[j.name] = make_decision(model, j.name, o, why)
-        return out
+        return self._decisions(state, model, locs, final, current)
