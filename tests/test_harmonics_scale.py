@@ -102,3 +102,26 @@ def test_joint_stage_never_worse_than_fair():
         assert predict(st, d2).mean_slowdown <= fair * (1 + 1e-6), seed
         _check_consistent(st, h, d2)
     assert ran > 0
+
+
+def test_warm_epoch_with_arrivals_in_small_components():
+    """A job arriving next to racks kept from the last epoch: the joint stage's lead rack may
+    be a kept one, whose own model predates the new job; every warm epoch must decide every
+    job, consistently (the regression: a KeyError on the new job)."""
+    import copy
+    from controllers.schedulers.cases import wide_case
+    checked = 0
+    for seed in range(0, 10):
+        st = state_from_scenario(resolve(wide_case(seed)))
+        for k in range(min(3, len(st.jobs))):
+            first = copy.deepcopy(st)
+            first.jobs = [j for i, j in enumerate(st.jobs) if i != k]
+            h = get_policy("harmonics")
+            h.decide(first)
+            nxt = copy.deepcopy(st)
+            nxt.epoch = 1
+            d = h.decide(nxt)
+            assert set(d) == {j.name for j in st.jobs}
+            _check_consistent(nxt, h, d)
+            checked += h.stats["warm"]
+    assert checked > 0

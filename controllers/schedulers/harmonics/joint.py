@@ -67,10 +67,12 @@ class JointStage:
     """Mixin of the Local Scheduler: the joint refinement of a small component."""
 
     def joint_refine(self, epoch: int, rnd: int, links: set, start: Dict[str, Opt],
-                     cross: Sequence[str]) -> JointReport:
+                     cross: Sequence[str], model, state) -> JointReport:
         """``links``: the component's links (its racks'); ``start``: the current decision of
-        every job of the component; ``cross``: its rack-spanning jobs."""
-        model, G = self.model, self.G
+        every job of the component; ``cross``: its rack-spanning jobs; ``model`` and
+        ``state``: this epoch's (a rack kept from an earlier epoch holds that epoch's, which
+        may not know the component's other jobs)."""
+        G = self.G
         jobs = sorted(start)
         iso = {n: model.iso_iter(n) for n in jobs}
         base: Dict[tuple, SimJob] = {}
@@ -98,14 +100,14 @@ class JointStage:
             v = memo.get(key)
             if v is None:
                 self.evals += 1
-                ts = self.model.ev.times([sim(n, a[n]) for n in jobs])
+                ts = model.ev.times([sim(n, a[n]) for n in jobs])
                 v = memo[key] = sum(min(t / iso[n] if iso[n] > 0 else 1.0, STARVED_SLOWDOWN)
                                     for n, t in zip(jobs, ts))
             return v
 
         # every job is offered every path and cap here (the component view is exact: a cap
         # on a rack-spanning job no longer doubles what the racks must report)
-        paths = {n: path_options(self.state, n, model, self.cap_fracs) for n in jobs}
+        paths = {n: path_options(state, n, model, self.cap_fracs) for n in jobs}
         cur = norm(dict(start))
         before = cost(cur)
         fair = {n: Opt(0, None, 1.0, 0) for n in jobs}
@@ -115,7 +117,7 @@ class JointStage:
         # spine least used by the jobs already placed that share a rack with it)
         spread = dict(cur)
         placed: List[tuple] = []
-        S = self.model.cluster.spec.spines
+        S = model.cluster.spec.spines
         for n in sorted(cross, key=lambda m: (-model.iso_comm(m), m)):
             if S <= 1 or not any(s is not None for s, _ in paths[n]):
                 continue
@@ -125,8 +127,8 @@ class JointStage:
             spread[n] = spread[n]._replace(spine=x, shift=0)
             placed.append((n, x, model.iso_comm(n), racks))
         best, best_c = None, float("inf")
-        for st in (cur, fair, norm(spread)):
-            a, c = self._joint_descent(jobs, st, cost(st), paths, norm, cost)
+        for s0 in (cur, fair, norm(spread)):
+            a, c = self._joint_descent(jobs, s0, cost(s0), paths, norm, cost)
             if c < best_c - 1e-9:
                 best, best_c = a, c
         return JointReport(self.rack, epoch, rnd,

@@ -63,8 +63,8 @@ class HarmonicsPolicy(Policy):
              tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items()))) for j in state.jobs)))
 
     def _joint(self, locs: Dict[int, LocalScheduler], current: Dict[str, Assignment],
-               coord: GlobalCoordinator, epoch: int, rnd: int, phase, jfp: Dict[str, tuple]
-               ) -> Tuple[int, int]:
+               coord: GlobalCoordinator, epoch: int, rnd: int, phase, jfp: Dict[str, tuple],
+               model, state) -> Tuple[int, int]:
         """The joint stage (``joint.py``): every component of racks linked by rack-spanning
         jobs with at most ``joint_jobs`` jobs and no proxy-scored group is refined by its
         lowest rack in the component view; the plan is adopted if it lowers the component's
@@ -98,7 +98,7 @@ class HarmonicsPolicy(Policy):
             if rep is None:
                 rep = phase(lambda L: L.joint_refine(epoch, rnd, links,
                                                      {a.job: a.opt for a in ask.assignments},
-                                                     cross), [lead])[lead]
+                                                     cross, model, state), [lead])[lead]
                 if len(self._joint_cache) > 4096:
                     self._joint_cache.clear()
                 self._joint_cache[key] = rep
@@ -353,10 +353,10 @@ class HarmonicsPolicy(Policy):
             dirty = [r for r in locs if prev[1].get(r, (None,))[0] != fps[r]]
             movable = {n for r in dirty for n in locs[r].cross}
             movable |= {n for n in cross_now if n not in prev[2]}
-            # the rounds choose shift-free decisions for the jobs that move (the phase stage
-            # sets their shifts again); the others keep theirs
-            prev = (prev[0], prev[1], {j: Assignment(j, a.priority, a.spine, a.cap,
-                                                     0 if j in movable else a.shift)
+            # the rounds choose shift-free, uncapped decisions for the jobs that move (the
+            # phase and joint stages set shifts and caps again); the others keep theirs
+            prev = (prev[0], prev[1], {j: (Assignment(j, a.priority, a.spine, 1.0, 0)
+                                           if j in movable else a)
                                        for j, a in prev[2].items() if j in cross_now})
         coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
         epoch = state.epoch
@@ -415,7 +415,7 @@ class HarmonicsPolicy(Policy):
         t_prop = time.perf_counter() - t_prop
         self.guarded_components = 0
         joint = self._joint(locs, current, coord, epoch, last_rnd + phase_rounds + prop_rounds + 1,
-                            phase, jfp) if current and self.joint_jobs > 0 else (0, 0)
+                            phase, jfp, model, state) if current and self.joint_jobs > 0 else (0, 0)
         final: Dict[str, Opt] = {}
         for r, L in locs.items():
             for n in L.local:
