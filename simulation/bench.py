@@ -9,7 +9,8 @@ Each size runs in its own process (so peak RSS is that run's), on a generated mi
   2,048 GPUs  32 racks x 8 hosts x 8 GPUs, 4 spines,  100 jobs, 100 iterations
   16,384 GPUs 128 racks x 16 hosts x 8 GPUs, 8 spines, 800 jobs, --large-iterations
 
-Then the next size's run (``--headroom`` alone; ``--no-headroom`` skips it): 16,384 GPUs,
+Then, when 16,384 is among the sizes, the next size's run (``--headroom`` alone;
+``--no-headroom`` skips it): 16,384 GPUs,
 1,000 jobs, 100 iterations, fragmented placement, under Harmonics, printed as
 ``16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: <seconds> s (cpu ...)``.
 
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
               f"{r['peak_rss_mb']:11.1f}", flush=True)
         if g == 2048:
             last = r
-    if not a.no_headroom:
+    if not a.no_headroom and 16384 in sizes:
         headroom(a.seed, a.timeout)
     if last is not None:
         print(f"2048 GPUs, {last['jobs']} jobs, {last['iterations']} iterations: {last['wall_s']:.2f} s")
