@@ -10,6 +10,7 @@ links.csv from the simulator), and optionally compare.json (written by
 
   DIR/comparison.csv       one row per policy (means over jobs, each also / fair)
   DIR/comparison_jobs.csv  one row per (policy, job)
+  DIR/comparison_limit.csv per job the bound of the "limit" row (analysis/limit.py)
   DIR/pcap_jobs.csv        emulator: per job, its bytes on each policy's bottleneck link
   DIR/pcap_check.csv       emulator: does the higher-class job get more bytes there?
   DIR/comparison.md        all of the above as Markdown, with the plots
@@ -50,9 +51,11 @@ RESULT_FILES = ("summary.csv", "iterations.csv", "run.json", "decisions.jsonl", 
 POLICY_COLS = ["policy", "status", "jobs", "jobs_finished", "mean_iter_s", "p99_iter_s",
                "mean_jct_s", "makespan_s", "mean_comm_s", "mean_slowdown",
                "mean_iter_vs_fair", "p99_iter_vs_fair", "jct_vs_fair", "comm_vs_fair",
-               "slowdown_vs_fair", "decision_ms_mean", "decision_ms_max", "epochs"]
+               "slowdown_vs_fair", "decision_ms_mean", "decision_ms_max", "epochs",
+               "mean_iter_vs_limit"]
 JOB_COLS = ["policy", "job", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s", "jct_s",
             "isolated_iter_s", "slowdown", "mean_iter_vs_fair", "note"]
+LIMIT_COLS = ["job", "isolated_s", "rho", "group", "limit_s"]
 PCAP_JOB_COLS = ["policy", "link", "job", "trace_mb", "share", "peak_gbps", "dscp"]
 PCAP_CHECK_COLS = ["policy", "link", "higher_job", "lower_job", "same_class", "epochs",
                    "epoch_seconds", "higher_mb_epochs", "lower_mb_epochs", "bins_both", "bin_s",
@@ -536,6 +539,7 @@ class Report:
     plots: Dict[str, str] = field(default_factory=dict)        # file -> caption
     plot_notes: List[str] = field(default_factory=list)
     markdown: str = ""
+    limit_row: Optional[dict] = None      # analysis/limit.py: the per-job bound, its mean
 
     def run(self, policy: str) -> Optional[PolicyRun]:
         return next((r for r in self.runs if r.policy == policy), None)
@@ -609,6 +613,7 @@ def build_tables(rep: Report) -> None:
         for k, nk in NORMALISED.items():
             r[nk] = _ratio(r[k], fair[k]) if fair else math.nan
     rep.policy_rows = rows
+    _limit(rep)
     fair_run = rep.fair
     jrows = []
     for run in rep.runs:
@@ -647,6 +652,33 @@ def build_tables(rep: Report) -> None:
     rep.pcap_job_rows, rep.pcap_check_rows = prow, crow
 
 
+def _limit(rep: Report) -> None:
+    """The "limit" row (analysis/limit.py) and every policy's gap to it, over its jobs."""
+    path = rep.dir / "scenario.yaml"
+    if not path.exists():
+        path = next((rep.dir / r.policy / "scenario.yaml" for r in rep.runs
+                     if (rep.dir / r.policy / "scenario.yaml").exists()), path)
+    iso = {}
+    for run in ([rep.fair] if rep.fair else []) + rep.runs:
+        for j in run.jobs.values():
+            if _finite(j.isolated_iter_s) and j.job not in iso:
+                iso[j.job] = j.isolated_iter_s
+    from .limit import job_limits
+    lim = job_limits(path, iso) if path.exists() else {}
+    if not lim:
+        return
+    rep.limit_row = {"policy": "limit", "status": "bound", "jobs": len(lim),
+                     "jobs_rows": [dict(v, job=n) for n, v in sorted(lim.items())],
+                     "mean_iter_s": _mean(v["limit_s"] for v in lim.values()),
+                     "mean_iter_vs_limit": 1.0}
+    for r in rep.policy_rows:
+        run = rep.run(r["policy"])
+        names = [n for n in run.jobs if n in lim] if run else []
+        r["mean_iter_vs_limit"] = (_ratio(_mean(run.jobs[n].mean_iter_s for n in names),
+                                          _mean(lim[n]["limit_s"] for n in names))
+                                   if names else math.nan)
+
+
 # ---------------------------------------------------------------------------
 # Markdown
 # ---------------------------------------------------------------------------
@@ -668,16 +700,24 @@ def policy_table_md(rep: Report) -> List[str]:
     if has_fair:
         hdr = ["policy", "mean iter s", "/ fair", "p99 iter s", "/ fair", "mean JCT s", "/ fair",
                "comm s", "/ fair", "slowdown", "/ fair"]
+    lim = rep.limit_row is not None
+    if lim:
+        hdr.insert(hdr.index("mean iter s") + (2 if has_fair else 1), "/ limit")
     hdr += ["decision ms (mean / max)", "epochs", "status"]
     rows = []
-    for r in rep.policy_rows:
+    for r in rep.policy_rows + ([rep.limit_row] if lim else []):
         cells = [r["policy"]]
         for k in ("mean_iter_s", "p99_iter_s", "mean_jct_s", "mean_comm_s", "mean_slowdown"):
-            cells.append(fmt_r(r[k]) if k == "mean_slowdown" else fmt_s(r[k]))
+            v = r.get(k, math.nan)
+            cells.append(fmt_r(v) if k == "mean_slowdown" else fmt_s(v))
             if has_fair:
-                cells.append(fmt_r(r[NORMALISED[k]]))
+                cells.append(fmt_r(r.get(NORMALISED[k], math.nan)) if r is not rep.limit_row
+                             else fmt_r(_ratio(v, next(x[k] for x in rep.policy_rows
+                                                       if x["policy"] == "fair"))))
+            if lim and k == "mean_iter_s":
+                cells.append(fmt_r(r.get("mean_iter_vs_limit", math.nan)))
         cells += [f"{fmt_ms(r['decision_ms_mean'])} / {fmt_ms(r['decision_ms_max'])}"
-                  if r["epochs"] else "–", str(r["epochs"]), r["status"]]
+                  if r.get("epochs") else "–", str(r.get("epochs", "–")), r["status"]]
         rows.append(cells)
     return _md_table(hdr, rows, right=range(1, len(hdr) - 1))
 
@@ -718,7 +758,11 @@ def render_markdown(rep: Report) -> str:
     L += ["", "## Policies", "",
           "Means over jobs (iteration 0 left out); `/ fair` = the policy's value divided by fair "
           "sharing's (below 1 is better); slowdown = mean iteration time / the job's isolated "
-          "iteration time; decision time per controller epoch.", ""]
+          "iteration time; decision time per controller epoch. Row `limit`: per job its "
+          "isolated iteration time, stretched by the load of its most loaded link group at "
+          "isolated pace where that exceeds the capacity (no policy brings every job of that "
+          "link below it at once; analysis/limit.py); `/ limit` = mean iteration time / the "
+          "mean of that bound over the same jobs.", ""]
     L += policy_table_md(rep)
     if not any(r["policy"] == "fair" and r["jobs"] for r in rep.policy_rows):
         L += ["", "_No fair-sharing results: nothing to normalise to._"]
@@ -804,6 +848,8 @@ def generate_report(d, *, bin_s: Optional[float] = None, bench_csv=None,
         raise ReportError(f"--bench-csv: {rep.bench_csv}: no such file")
     build_tables(rep)
     _write_csv(rep.dir / "comparison.csv", POLICY_COLS, rep.policy_rows)
+    if rep.limit_row:
+        _write_csv(rep.dir / "comparison_limit.csv", LIMIT_COLS, rep.limit_row["jobs_rows"])
     _write_csv(rep.dir / "comparison_jobs.csv", JOB_COLS, rep.job_rows)
     if rep.pcap_job_rows or (rep.dir / "pcap_jobs.csv").exists():
         _write_csv(rep.dir / "pcap_jobs.csv", PCAP_JOB_COLS, rep.pcap_job_rows)

@@ -5,6 +5,13 @@
     python -m controllers.bench --scale-only    # decision times only
     python -m controllers.bench --quality       # quality table only
     python -m controllers.bench --sizes 64 1024 --optimal-limit 30
+    python -m controllers.bench --quality --wide-cases 50 --wide-limit 10
+
+The quality part also scores ``--wide-cases`` widened random cases (``cases.wide_case``) and
+prints ``mean slowdown harmonics/optimal``, ``cases worse than fair`` and ``cases more than 3%
+above the best policy``; the scale part ends with the line ``decision time at 2048 GPUs
+fragmented: harmonics COLD s cold, INCR s incremental, CRIT s critical path`` and the
+closed-form proxy's error against the model on sampled groups of that state.
 
 Decision time = wall time of one cold ``Policy.decide`` (first epoch: nothing cached) on one
 core; Harmonics also reports its critical path (the slowest rack per phase + the Coordinator:
@@ -27,9 +34,9 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from workloads.cluster import ClusterSpec
-from workloads.scenario import (Collective, Compute, JobSpec, Placement, Profile, Scenario,
-                                resolve)
+from workloads.scenario import JobSpec, Placement, Scenario, resolve
 from controllers.schedulers import get_policy, state_from_scenario
+from controllers.schedulers.cases import _profile, quality_cases, random_case, wide_case  # noqa: F401
 from controllers.schedulers.model import isolated_iteration_time, predict, warm_up
 
 # racks, hosts per rack, spines for each cluster size (8 GPUs per host)
@@ -45,9 +52,6 @@ HOST_GBPS = 200.0
 OVERSUB = 2.0
 
 
-def _profile(compute_s: float, nbytes: float) -> Profile:
-    return Profile(phases=[Compute(op="compute", seconds=compute_s),
-                           Collective(op="allreduce", bytes=nbytes)])
 
 
 def mix_scenario(gpus: int, seed: int = 1, fill: float = 0.9) -> Scenario:
@@ -94,6 +98,15 @@ def _timed(policy, state) -> Tuple[float, dict]:
     t0 = time.perf_counter()
     d = policy.decide(state)
     return time.perf_counter() - t0, d
+
+
+def _timed_cpu(policy, state) -> Tuple[float, float]:
+    """(CPU seconds, wall seconds) of one decision: on a shared machine the CPU time is what
+    one core of one's own would take."""
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    policy.decide(state)
+    return time.process_time() - c0, time.perf_counter() - t0
 
 
 def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=print,
@@ -147,72 +160,6 @@ def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=pr
     return ratio_1024
 
 
-# ---------------------------------------------------------------------------
-# Quality: standard contention cases under the model
-# ---------------------------------------------------------------------------
-
-def _case(name: str, racks: int, hosts: int, spines: int, gph: int, jobs: List[Tuple[str, List[str], float, float]],
-          host_gbps: float = 100.0, uplink_gbps: float = 100.0) -> Scenario:
-    cl = ClusterSpec(racks=racks, hosts_per_rack=hosts, spines=spines, gpus_per_host=gph,
-                     host_link_gbps=host_gbps, uplink_gbps=uplink_gbps)
-    js = [JobSpec(name=n, iterations=100, placement=Placement(slots=s),
-                  profile=_profile(c, b)) for n, s, c, b in jobs]
-    return Scenario(name=name, backend="simulation", cluster=cl, jobs=js)
-
-
-def quality_cases() -> List[Scenario]:
-    """Pairs and mixes of jobs sharing uplinks, different periods and sizes.
-    300 MB on 100 Gb/s = 24 ms of ring traffic per direction."""
-    C = []
-    C.append(_case("pair-identical", 2, 2, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.05, 300e6), ("B", ["r0h1", "r1h1"], 0.05, 300e6)]))
-    C.append(_case("pair-comm-heavy", 2, 2, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.01, 300e6), ("B", ["r0h1", "r1h1"], 0.01, 300e6)]))
-    C.append(_case("pair-periods-1to2", 2, 2, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.026, 300e6), ("B", ["r0h1", "r1h1"], 0.076, 300e6)]))
-    C.append(_case("pair-sizes", 2, 2, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.05, 100e6), ("B", ["r0h1", "r1h1"], 0.08, 600e6)]))
-    C.append(_case("pair-two-spines", 2, 2, 2, 1, [
-        ("A", ["r0h0", "r1h0"], 0.03, 300e6), ("B", ["r0h1", "r1h1"], 0.03, 300e6)]))
-    C.append(_case("trio-one-uplink", 2, 3, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.06, 300e6), ("B", ["r0h1", "r1h1"], 0.06, 200e6),
-        ("C", ["r0h2", "r1h2"], 0.09, 400e6)]))
-    C.append(_case("trio-periods", 2, 3, 1, 1, [
-        ("A", ["r0h0", "r1h0"], 0.02, 150e6), ("B", ["r0h1", "r1h1"], 0.05, 300e6),
-        ("C", ["r0h2", "r1h2"], 0.11, 300e6)]))
-    # 4 GPUs per host: jobs share host links and uplinks
-    C.append(_case("mix-shared-hosts", 2, 2, 2, 4, [
-        ("A", ["r0h0/0", "r0h0/1", "r1h0/0", "r1h0/1"], 0.05, 300e6),
-        ("B", ["r0h0/2", "r0h0/3", "r0h1/0", "r0h1/1"], 0.04, 200e6),
-        ("C", ["r0h1/2", "r0h1/3", "r1h1/0", "r1h1/1"], 0.08, 500e6),
-        ("D", ["r1h0/2", "r1h0/3", "r1h1/2", "r1h1/3"], 0.03, 150e6)]))
-    C.append(_case("mix-3-racks", 3, 2, 2, 2, [
-        ("A", ["r0h0/0", "r1h0/0"], 0.04, 300e6), ("B", ["r1h1/0", "r2h0/0"], 0.05, 300e6),
-        ("C", ["r0h1/0", "r2h1/0"], 0.06, 400e6), ("D", ["r0h0/1", "r1h1/1", "r2h1/1"], 0.1, 200e6)],
-        uplink_gbps=50.0))
-    return C
-
-
-def random_case(seed: int, max_jobs: int = 4) -> Scenario:
-    """A small random contention case: 2-3 racks of 2-3 hosts, 1-2 spines, 1-4 GPUs per host,
-    2..max_jobs jobs of 2-4 workers on random slots, compute 10-100 ms, 50-500 MB all-reduce."""
-    rng = random.Random(seed)
-    racks, hosts = rng.choice([2, 3]), rng.choice([2, 3])
-    spines, gph = rng.choice([1, 2]), rng.choice([1, 2, 4])
-    slots = [f"r{r}h{h}/{g}" for r in range(racks) for h in range(hosts) for g in range(gph)]
-    rng.shuffle(slots)
-    jobs = []
-    for k in range(rng.randint(2, max_jobs)):
-        n = rng.randint(2, 4)
-        if len(slots) < n:
-            break
-        mine, slots = slots[:n], slots[n:]
-        jobs.append((f"J{k}", sorted(mine), round(rng.uniform(0.01, 0.1), 4),
-                     round(rng.uniform(50e6, 500e6))))
-    return _case(f"random-{seed}", racks, hosts, spines, gph, jobs,
-                 uplink_gbps=rng.choice([50.0, 100.0]))
-
-
 def quality_section(optimal_limit: float, out=print) -> None:
     names = ["fair", "crux", "cassini", "harmonics", "optimal"]
     out("== quality: mean slowdown (iteration time / isolated) under the shared model ==")
@@ -240,6 +187,119 @@ def quality_section(optimal_limit: float, out=print) -> None:
         out(f"({unproven} optimal result(s) hit the time limit: best found, not proven)")
 
 
+def wide_section(cases: int, optimal_limit: float, seed0: int = 0, out=print) -> dict:
+    """Quality on ``cases`` widened random cases (``wide_case``): every policy's mean slowdown
+    under the model; optimal with ``optimal_limit`` s per case (the best found if it is not
+    proven).  Prints the three figures of issue 16 and returns them."""
+    names = ["fair", "crux", "cassini", "harmonics", "optimal"]
+    out(f"== quality on {cases} widened random cases (wide_case {seed0}..{seed0 + cases - 1}: "
+        f"2-4 racks, oversubscription 1:1-4:1, all-reduce / all-to-all / pipeline, up to 8 jobs) ==")
+    out(f"{'case':<10} {'jobs':>4} " + " ".join(f"{n:>9}" for n in names) + f" {'harm/opt':>9}")
+    ratios, worse, above, unproven = [], [], [], 0
+    tot = {n: 0.0 for n in names}
+    for seed in range(seed0, seed0 + cases):
+        st = state_from_scenario(resolve(wide_case(seed)))
+        row = {}
+        for n in names:
+            p = get_policy(n, time_limit_s=optimal_limit) if n == "optimal" else get_policy(n)
+            row[n] = predict(st, p.decide(st)).mean_slowdown
+            if n == "optimal" and not p.proven_optimal:
+                unproven += 1
+        for n in names:
+            tot[n] += row[n]
+        h = row["harmonics"]
+        ratios.append(h / row["optimal"])
+        if h > row["fair"] * (1 + 1e-9):
+            worse.append(seed)
+        best = min(row.values())
+        if h > best * 1.03:
+            above.append(seed)
+        out(f"wide-{seed:<5} {len(st.jobs):>4} " + " ".join(f"{row[n]:>9.4f}" for n in names)
+            + f" {h / row['optimal']:>9.4f}")
+        sys.stdout.flush()
+    out(f"{'MEAN':<10} {'':>4} " + " ".join(f"{tot[n] / cases:>9.4f}" for n in names))
+    r = sum(ratios) / len(ratios)
+    out(f"mean slowdown harmonics/optimal: {r:.4f}")
+    out(f"cases worse than fair: {len(worse)}" + (f" ({', '.join(map(str, worse))})" if worse else ""))
+    out(f"cases more than 3% above the best policy: {len(above)}"
+        + (f" ({', '.join(map(str, above))})" if above else ""))
+    if unproven:
+        out(f"({unproven} optimal result(s) hit the {optimal_limit:g} s limit: best found, not proven)")
+    return {"ratio": r, "worse": worse, "above": above, "unproven": unproven}
+
+
+def fragmented_section(out=print, rows: Optional[List[Tuple[int, str, float]]] = None) -> dict:
+    """Decision time on scenarios/sim-2048-fragmented.yaml: a cold epoch, an incremental one
+    (one job's compute time +20%: ``_next_epoch``), the critical path of the cold epoch (the
+    slowest rack per phase + the Coordinator), and the closed-form proxy's error against the
+    model on sampled groups of the large racks (``proxy_error``)."""
+    from pathlib import Path
+    from workloads.scenario import load_scenario
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "sim-2048-fragmented.yaml"
+    st = state_from_scenario(resolve(load_scenario(path)))
+    h = get_policy("harmonics")
+    t_cold, w_cold = _timed_cpu(h, st)
+    crit = h.stats["critical_path_s"]
+    t_incr, w_incr = _timed_cpu(h, _next_epoch(st))
+    crit_incr = h.stats["critical_path_s"]
+    out(f"decision time at 2048 GPUs fragmented: harmonics {t_cold:.3f} s cold, {t_incr:.3f} s "
+        f"incremental, {crit:.3f} s critical path")
+    out(f"(CPU time of this process; wall {w_cold:.3f} / {w_incr:.3f} s; the critical path is "
+        f"wall time; incremental critical path {crit_incr:.3f} s; {h.stats['racks_reused']} of "
+        f"{h.stats['racks']} racks kept their Local Scheduler)")
+    t0 = time.perf_counter()
+    get_policy("crux").decide(st)
+    out(f"(crux on the same state: {time.perf_counter() - t0:.3f} s)")
+    if rows is not None:
+        rows.extend([(2048, "harmonics-fragmented", 1e3 * t_cold),
+                     (2048, "harmonics-fragmented-incremental", 1e3 * t_incr),
+                     (2048, "harmonics-fragmented-critical-path", 1e3 * crit)])
+    err = proxy_error(st)
+    out(f"closed-form proxy against the model on {err['samples']} sampled groups of "
+        f"{err['jobs']} jobs (large racks of this state, random decisions): mean |error| of the "
+        f"group's mean slowdown {100 * err['mean_abs_rel']:.1f}%, correlation {err['corr']:.2f}")
+    return {"cold": t_cold, "incr": t_incr, "crit": crit}
+
+
+def proxy_error(st, samples: int = 40, seed: int = 1) -> dict:
+    """The closed-form proxy (large groups) against the model on ``samples`` random groups of
+    6-14 jobs drawn from the large groups of ``st``'s racks, each job at a random option of
+    its rack's option list; both in the rack's view (slowdowns capped at 50 so that a few
+    starved jobs do not decide the figure)."""
+    import numpy as np
+    from controllers.schedulers.harmonics import policy as hp
+    from controllers.schedulers.model import STARVED_SLOWDOWN
+    racks = []
+    orig = hp.LocalScheduler.__init__
+
+    def keep(self, *a, **k):
+        orig(self, *a, **k)
+        racks.append(self)
+    hp.LocalScheduler.__init__ = keep
+    try:
+        get_policy("harmonics", warm=False).decide(st)
+    finally:
+        hp.LocalScheduler.__init__ = orig
+    large = [L for L in racks if L.large]
+    rng = random.Random(seed)
+    m_, p_, sizes = [], [], []
+    for _ in range(samples if large else 0):
+        L = rng.choice(large)
+        g = L.large[0]
+        S = rng.sample(g, min(len(g), rng.randint(6, 14)))
+        a = {n: rng.choice(L.options[n]) for n in S}
+        ts = L.model.ev.times([L._sim(n, a[n]) for n in S])
+        m_.append(np.mean([min(t / L.iso[n], STARVED_SLOWDOWN, 50.0) for n, t in zip(S, ts)]))
+        p_.append(float(np.mean(np.minimum(L._proxy(S, a)[0], 50.0))))
+        sizes.append(len(S))
+    if not m_:
+        return {"samples": 0, "jobs": "-", "mean_abs_rel": float("nan"), "corr": float("nan")}
+    m, p = np.array(m_), np.array(p_)
+    return {"samples": len(m), "jobs": f"{min(sizes)}-{max(sizes)}",
+            "mean_abs_rel": float(np.mean(np.abs(p / m - 1))),
+            "corr": float(np.corrcoef(m, p)[0, 1]) if len(m) > 1 else float("nan")}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="*", default=sorted(TOPOLOGIES))
@@ -248,6 +308,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--quality-limit", type=float, default=60.0, help="optimal's limit per quality case")
     ap.add_argument("--quality", action="store_true", help="quality table only")
     ap.add_argument("--scale-only", action="store_true", help="decision times only")
+    ap.add_argument("--wide-cases", type=int, default=50, help="widened random cases scored")
+    ap.add_argument("--wide-limit", type=float, default=10.0, help="optimal's limit per widened case")
     ap.add_argument("--csv", metavar="FILE",
                     help="also write the decision-time table as rows gpus,policy,decision_ms")
     a = ap.parse_args(argv)
@@ -260,11 +322,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not a.scale_only:
         quality_section(a.quality_limit)
         print()
+        if a.wide_cases > 0:
+            wide_section(a.wide_cases, a.wide_limit)
+            print()
     if a.quality:
         return 0
     limits = {g: a.optimal_limit for g in a.sizes if g <= 1024}
     rows: Optional[List[Tuple[int, str, float]]] = [] if a.csv else None
     ratio = scale_section(a.sizes, limits, rows=rows)
+    print()
+    fragmented_section(rows=rows)
     if a.csv:
         with open(a.csv, "w") as f:
             f.write("gpus,policy,decision_ms\n")

@@ -9,6 +9,11 @@ Each size runs in its own process (so peak RSS is that run's), on a generated mi
   2,048 GPUs  32 racks x 8 hosts x 8 GPUs, 4 spines,  100 jobs, 100 iterations
   16,384 GPUs 128 racks x 16 hosts x 8 GPUs, 8 spines, 800 jobs, --large-iterations
 
+Then, when 16,384 is among the sizes, the next size's run (``--headroom`` alone;
+``--no-headroom`` skips it): 16,384 GPUs,
+1,000 jobs, 100 iterations, fragmented placement, under Harmonics, printed as
+``16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: <seconds> s (cpu ...)``.
+
 Links 200 Gb/s per host, ToR uplinks sized for 2:1 oversubscription.  The policy (default
 fair, through the registry) is called every epoch with the measured view, so the timing
 includes the epoch machinery.  The last line is exactly
@@ -24,6 +29,7 @@ import resource
 import subprocess
 import sys
 import time
+from typing import Optional
 
 SIZES = {
     256: dict(racks=4, hosts=8, spines=2, jobs=12),
@@ -32,13 +38,14 @@ SIZES = {
 }
 
 
-def run_one(gpus: int, iterations: int, policy: str, placement: str, seed: int) -> dict:
+def run_one(gpus: int, iterations: int, policy: str, placement: str, seed: int,
+            jobs: Optional[int] = None) -> dict:
     from workloads.scenario import resolve
     from .__main__ import load_policy
     from .engine import SimConfig, simulate
     from .topology import leaf_spine
     from .workload import generate
-    p = SIZES[gpus]
+    p = dict(SIZES[gpus], **({"jobs": jobs} if jobs else {}))
     t0 = time.perf_counter()
     spec = leaf_spine(p["racks"], p["hosts"], p["spines"], gpus_per_host=8, host_link_gbps=200.0,
                       oversubscription=2.0)
@@ -61,6 +68,29 @@ def run_one(gpus: int, iterations: int, policy: str, placement: str, seed: int) 
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
 
+def headroom(seed: int, timeout: float) -> int:
+    """The next size (issue 16): 16,384 GPUs, 1,000 jobs, 100 iterations, fragmented, under
+    Harmonics, end to end in its own process; prints wall and CPU seconds and where they went."""
+    cmd = [sys.executable, "-m", "simulation.bench", "--one", "16384", "--jobs", "1000",
+           "--iterations", "100", "--policy", "harmonics", "--placement", "fragmented",
+           "--seed", str(seed)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: "
+              f"timed out after {timeout:.0f} s")
+        return 1
+    if p.returncode != 0:
+        print("16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: failed: "
+              + (p.stderr.strip().splitlines() or ["?"])[-1])
+        return 1
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    print(f"16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: {r['wall_s']:.2f} s "
+          f"(cpu {r['cpu_s']:.2f} s; generate {r['generate_s']:.2f} s, {r['events']} events, "
+          f"{r['epochs']} epochs, peak RSS {r['peak_rss_mb']:.0f} MB)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulation.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--policy", default="fair")
@@ -70,12 +100,19 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="256,16384,2048", help="comma-separated; 2048 is printed last")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="per size, seconds")
+    ap.add_argument("--headroom", action="store_true",
+                    help="only the next size's run: 16,384 GPUs, 1,000 jobs, 100 iterations, "
+                         "fragmented placement, under Harmonics")
+    ap.add_argument("--no-headroom", action="store_true", help="skip that run")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--jobs", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one is not None:
-        it = a.large_iterations if a.one == 16384 else a.iterations
-        print(json.dumps(run_one(a.one, it, a.policy, a.placement, a.seed)))
+        it = a.large_iterations if a.one == 16384 and a.jobs is None else a.iterations
+        print(json.dumps(run_one(a.one, it, a.policy, a.placement, a.seed, a.jobs)))
         return 0
+    if a.headroom:
+        return headroom(a.seed, a.timeout)
     sizes = [int(s) for s in a.sizes.split(",") if s]
     sizes = [s for s in sizes if s != 2048] + ([2048] if 2048 in sizes else [])
     print(f"{'GPUs':>6} {'jobs':>5} {'iters':>5} {'wall s':>8} {'cpu s':>8} {'events':>9} {'events/s':>9} "
@@ -102,6 +139,8 @@ def main(argv=None) -> int:
               f"{r['peak_rss_mb']:11.1f}", flush=True)
         if g == 2048:
             last = r
+    if not a.no_headroom and 16384 in sizes:
+        headroom(a.seed, a.timeout)
     if last is not None:
         print(f"2048 GPUs, {last['jobs']} jobs, {last['iterations']} iterations: {last['wall_s']:.2f} s")
     return 0

@@ -1,0 +1,234 @@
+"""The messages that cross between the tiers (plain dataclasses, JSON on the wire)."""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..common import Opt
+from ..model import SimJob
+
+
+@dataclass
+class OptionCost:
+    """One alternative decision for a rack-spanning job, as one rack sees it."""
+    priority: int
+    spine: Optional[int]
+    cap: float
+    own: float        # the job's predicted slowdown on this rack's links
+    local_others: float   # summed slowdown of the rack-local jobs that may share a link with it
+    shift: int = 0    # start-time shift phase (common.shift_seconds)
+
+
+@dataclass
+class JobSummary:
+    job: str
+    preferred: int                 # index into options of the rack's preferred decision
+    options: List[OptionCost]      # same order in every rack (priority, spine, cap, shift)
+    uplink_gbps: float             # the job's mean demand on this rack's ToR-spine links
+    compute_s: float = 0.0         # the job's compute per iteration (its profile)
+    iso_s: float = 0.0             # its isolated iteration time (global, default paths)
+    local_peers: int = 0           # rack-local jobs that may share one of its links here
+    # the other rack-spanning jobs that may share a link with it on this rack, and their
+    # slowdowns under each option (options x len(cross))
+    cross: List[str] = field(default_factory=list)
+    cross_costs: Optional[np.ndarray] = None
+    matrix: Optional[np.ndarray] = None   # costs() as received (decoded messages)
+
+    def costs(self) -> np.ndarray:
+        """options x (2 + len(cross)): own, local_others, then each ``cross`` job's slowdown."""
+        if self.matrix is not None:
+            return self.matrix
+        m = np.empty((len(self.options), 2 + len(self.cross)))
+        m[:, 0] = [o.own for o in self.options]
+        m[:, 1] = [o.local_others for o in self.options]
+        if self.cross:
+            m[:, 2:] = self.cross_costs
+        return m
+
+
+class _Options(Sequence):
+    """A decoded summary's options, each ``OptionCost`` built when read (the Coordinator
+    reads the cost matrix and only the options it picks)."""
+
+    def __init__(self, rows: list, m: np.ndarray):
+        self._rows, self._m = rows, m
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        p, sp, c, sh = self._rows[i]
+        return OptionCost(p, sp, c, float(self._m[i, 0]), float(self._m[i, 1]), sh)
+
+
+def _pack(m: np.ndarray) -> str:
+    """A float matrix on the wire: little-endian float64, row-major, base64 (exact values)."""
+    return base64.b64encode(np.ascontiguousarray(m, dtype="<f8").tobytes()).decode("ascii")
+
+
+def _unpack(s: str, cols: int) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(s), dtype="<f8").reshape(-1, cols)
+
+
+@dataclass
+class RackSummary:
+    """Local Scheduler -> Coordinator, once per round."""
+    rack: int
+    epoch: int
+    round: int
+    jobs: List[JobSummary]         # rack-spanning jobs only
+    uplink_demand_gbps: float      # aggregate demand of the rack's rack-spanning jobs
+    local_jobs: int                # rack-local jobs (never described to the Coordinator)
+
+    def to_json(self) -> str:
+        """Compact wire form: per job, its options as rows ``[priority, spine, cap, shift]`` and
+        their costs as one matrix (``JobSummary.costs``: own, local_others, each ``cross``
+        job's slowdown), packed as little-endian float64 in base64 (exact, and no float
+        formatting: at 2,048 fragmented GPUs a round carries ~200,000 costs)."""
+        jobs = []
+        for j in self.jobs:
+            jobs.append({"job": j.job, "preferred": j.preferred, "uplink_gbps": j.uplink_gbps,
+                         "compute_s": j.compute_s, "iso_s": j.iso_s,
+                         "local_peers": j.local_peers, "cross": j.cross,
+                         "options": [[o.priority, o.spine, o.cap, o.shift] for o in j.options],
+                         "costs": _pack(j.costs())})
+        return json.dumps({"rack": self.rack, "epoch": self.epoch, "round": self.round,
+                           "uplink_demand_gbps": self.uplink_demand_gbps,
+                           "local_jobs": self.local_jobs, "jobs": jobs})
+
+    @classmethod
+    def from_json(cls, s: str) -> "RackSummary":
+        d = json.loads(s)
+        jobs = []
+        for j in d["jobs"]:
+            cross = j["cross"]
+            m = _unpack(j["costs"], 2 + len(cross))
+            jobs.append(JobSummary(j["job"], j["preferred"], _Options(j["options"], m),
+                                   j["uplink_gbps"], j["compute_s"], j["iso_s"],
+                                   j["local_peers"], cross, m[:, 2:], m))
+        d["jobs"] = jobs
+        return cls(**d)
+
+
+@dataclass
+class Assignment:
+    job: str
+    priority: int
+    spine: Optional[int]
+    cap: float
+    shift: int = 0
+
+    @property
+    def opt(self) -> Opt:
+        return Opt(self.priority, self.spine, self.cap, self.shift)
+
+
+@dataclass
+class CoordinatorMessage:
+    """Coordinator -> every Local Scheduler a job touches: the one decision of each
+    rack-spanning job."""
+    epoch: int
+    round: int
+    assignments: List[Assignment]
+    probe: List[str] = field(default_factory=list)   # phase stage: jobs offered every class
+    # proposal stage: the ghosts this rack's halo view holds, the other racks' proposals it
+    # is asked to cost, the proposals accepted
+    ghosts: List[GhostJob] = field(default_factory=list)
+    proposals: List[Proposal] = field(default_factory=list)
+    accepted: List[str] = field(default_factory=list)
+    joint: List[int] = field(default_factory=list)   # joint stage: the component's racks
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, s: str) -> "CoordinatorMessage":
+        d = json.loads(s)
+        d["assignments"] = [Assignment(**a) for a in d["assignments"]]
+        d["ghosts"] = [GhostJob(**g) for g in d.get("ghosts", [])]
+        d["proposals"] = [_proposal(p) for p in d.get("proposals", [])]
+        return cls(**d)
+
+
+@dataclass
+class GhostJob:
+    """A rack-local job of one rack as the other racks' halo views hold it (proposal stage):
+    its traffic on the links it may share with rack-spanning jobs there, its held class and
+    shift, its bound (rate cap, global isolated pace).  ``meets``: those rack-spanning jobs
+    (the Coordinator sends the ghost to their racks)."""
+    job: str
+    rack: int
+    priority: int
+    shift_s: float
+    compute_s: float
+    links: List[int]
+    bytes: List[float]
+    bmax: float
+    lam_max: Optional[float]       # None: unbounded
+    meets: List[str]
+    iso_s: float = 0.0             # its isolated iteration time
+
+    def sim(self, priority: Optional[int] = None, shift_s: Optional[float] = None) -> SimJob:
+        return SimJob(self.compute_s, tuple(self.links), tuple(self.bytes), self.bmax,
+                      self.priority if priority is None else priority,
+                      float("inf") if self.lam_max is None else self.lam_max,
+                      self.shift_s if shift_s is None else shift_s)
+
+
+@dataclass
+class Proposal:
+    """A rack's joint decision for one of its halo groups: the new decisions of the group's
+    rack-spanning jobs (all of them, changed or not) and of its rack-local jobs that other
+    racks hold as ghosts (``GhostJob``; job, class, shift in seconds)."""
+    rack: int
+    index: int
+    assignments: List[Assignment]
+    ghosts: List[Tuple[str, int, float]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> str:
+        return f"{self.rack}:{self.index}"
+
+
+@dataclass
+class ViewCost:
+    """A rack's halo-view cost of one joint assignment: the summed slowdown of its rack-local
+    jobs and each rack-spanning job's slowdown (only groups with a rack-spanning job)."""
+    local: float
+    cross: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ProposalReport:
+    """Local Scheduler -> Coordinator in the proposal stage: its boundary (ghosts), or its
+    proposals, and for every proposal it made or was asked about (``costs``, by
+    ``Proposal.pid``) the halo-view cost before and after it, over the halo groups it
+    touches."""
+    rack: int
+    epoch: int
+    round: int
+    boundary: List[GhostJob] = field(default_factory=list)
+    proposals: List[Proposal] = field(default_factory=list)
+    costs: Dict[str, List[ViewCost]] = field(default_factory=dict)   # [before, after]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, s: str) -> "ProposalReport":
+        d = json.loads(s)
+        d["boundary"] = [GhostJob(**g) for g in d["boundary"]]
+        d["proposals"] = [_proposal(p) for p in d["proposals"]]
+        d["costs"] = {k: [ViewCost(**x) for x in v] for k, v in d["costs"].items()}
+        return cls(**d)
+
+
+def _proposal(p: dict) -> Proposal:
+    return Proposal(p["rack"], p["index"], [Assignment(**a) for a in p["assignments"]],
+                    [tuple(g) for g in p["ghosts"]])

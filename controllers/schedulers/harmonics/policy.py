@@ -1,0 +1,449 @@
+"""The Harmonics policy: runs the Local Schedulers and the Coordinator through the rounds, the
+phase stage and the proposal stage of one epoch."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..base import ClusterState, Decision, Decisions, Policy
+from ..common import (DEFAULT_CAP_FRACS, SHIFT_PHASES, Opt, has_comm, make_decision,
+                      potential_links)
+from ..model import ContentionModel, Evaluator, link_capacities
+from . import params
+from .coordinator import GlobalCoordinator
+from .joint import JointOffer
+from .local import LocalScheduler
+from .messages import Assignment, CoordinatorMessage, ProposalReport
+
+
+class HarmonicsPolicy(Policy):
+    name = "harmonics"
+
+    def __init__(self, cap_fracs: Sequence[float] = DEFAULT_CAP_FRACS, max_rounds: int = 3,
+                 exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
+                 reuse: bool = True, span_weight: bool = False, compound: str = "product",
+                 cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
+                 screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES,
+                 propose: bool = True, warm: bool = True, joint_jobs: int = 8,
+                 warm_rounds: int = 3):
+        self.warm_rounds = warm_rounds    # rounds of a warm epoch (a descent step each)
+        self.joint_jobs = joint_jobs      # joint stage for components of at most this many jobs
+        self._joint_cache: Dict[tuple, object] = {}
+        self.warm = warm                  # incremental epochs start from the last decisions
+        self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
+        self.propose = propose            # the proposal stage (halo views, joint proposals)
+        self.large_group = large_group   # groups larger than this: closed-form proxy
+        self.shift_phases = shift_phases  # 1: no phase stage (no start-time shifts)
+        self.screen = screen
+        self.screen_keep = screen_keep
+        self.cross_caps = cross_caps
+        self.span_weight = span_weight
+        self.compound = compound
+        self.cap_fracs = tuple(cap_fracs)
+        self.max_rounds = max_rounds
+        self.exhaustive_limit = exhaustive_limit
+        self.max_passes = max_passes
+        self.wire = wire            # messages really cross as JSON (the tier boundary)
+        self.reuse = reuse          # unchanged state at an epoch boundary: keep the decisions
+        self.stats: Dict[str, float] = {}
+        self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
+        self._last: Optional[Tuple[tuple, Decisions]] = None
+        self.incremental = incremental   # keep the evaluator's sub-problem cache across epochs
+        self.cache_limit = 200_000       # sub-problems kept at most (then a fresh cache)
+        self._ev: Optional[Evaluator] = None
+        self.rack_views: Dict[int, Dict[str, Opt]] = {}
+
+    @staticmethod
+    def _fingerprint(state: ClusterState) -> tuple:
+        def q(x):  # 2% buckets: estimates jitter from epoch to epoch
+            return 0 if x <= 0 else round(50 * __import__("math").log(x))
+        return (state.num_classes, tuple(sorted(
+            (j.name, tuple(j.hosts), q(j.compute_s),
+             tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items()))) for j in state.jobs)))
+
+    def _joint(self, locs: Dict[int, LocalScheduler], current: Dict[str, Assignment],
+               coord: GlobalCoordinator, epoch: int, rnd: int, phase, jfp: Dict[str, tuple],
+               model, state) -> Tuple[int, int]:
+        """The joint stage (``joint.py``): every component of racks linked by rack-spanning
+        jobs with at most ``joint_jobs`` jobs and no proxy-scored group is refined by its
+        lowest rack in the component view; the plan is adopted if it lowers the component's
+        summed slowdown there.  ``current`` is updated in place.  Returns (components
+        refined, components whose plan changed)."""
+        comps = coord.components()
+        done = changed = 0
+        for comp in comps:
+            comp = [r for r in comp if r in locs]
+            jobs = sorted({n for r in comp for n in locs[r].jobs})
+            if (len(jobs) < 2 or len(jobs) > self.joint_jobs
+                    or any(locs[r].large for r in comp)):
+                if (params.GUARD and not any(locs[r].large for r in comp)
+                        and self._guard(locs, comp, current, coord, epoch, rnd, phase)):
+                    changed += 1
+                continue
+            offers = phase(lambda L: JointOffer(L.rack, epoch, rnd, [
+                Assignment(n, o.priority, o.spine, o.cap, o.shift)
+                for n, o in sorted(L.assign.items()) if n in L.local]), comp)
+            offers = [self._post(x) for _, x in sorted(offers.items())]
+            start = {a.job: a for x in offers for a in x.offer}
+            start.update({j: current[j] for j in jobs if j in current})
+            lead = min(comp)
+            ask = self._post(CoordinatorMessage(epoch, rnd, [start[j] for j in jobs], joint=comp))
+            links = set().union(*(locs[r].links for r in comp))
+            cross = [j for j in jobs if j in current]
+            # a component whose jobs' inputs and plan did not change since an earlier epoch
+            # gets the same refinement (incremental epochs)
+            key = (tuple((j, jfp.get(j)) for j in jobs), tuple(a.opt for a in ask.assignments))
+            rep = self._joint_cache.get(key)
+            if rep is None:
+                rep = phase(lambda L: L.joint_refine(epoch, rnd, links,
+                                                     {a.job: a.opt for a in ask.assignments},
+                                                     cross, model, state), [lead])[lead]
+                if len(self._joint_cache) > 4096:
+                    self._joint_cache.clear()
+                self._joint_cache[key] = rep
+            rep = self._post(rep)
+            done += 1
+            if rep.after < rep.before - 1e-9:
+                changed += 1
+                plan = {a.job: a for a in rep.plan}
+                msg = self._post(CoordinatorMessage(epoch, rnd, list(plan.values())))
+                for a in msg.assignments:
+                    if a.job in current:
+                        current[a.job] = a
+                for r in comp:
+                    L = locs[r]
+                    L.assign.update({a.job: a.opt for a in msg.assignments if a.job in L.assign})
+        return done, changed
+
+    def _guard(self, locs, comp: List[int], current: Dict[str, Assignment],
+               coord: GlobalCoordinator, epoch: int, rnd: int, phase) -> bool:
+        """The Coordinator's guard over a component the joint stage does not take: its racks
+        report their views' cost at the current plan and at fair sharing (``fair_check``);
+        if fair sharing's total (``_view_total``: rack-local jobs once, a rack-spanning job
+        at its worst rack) is lower, every rack-spanning job of the component goes to fair
+        sharing and the racks put the jobs of those groups there too."""
+        reps = phase(lambda L: L.fair_check(epoch, rnd), [r for r in comp if locs[r].cross])
+        reps = [self._post(x) for _, x in sorted(reps.items())]
+        if not reps:
+            return False
+        before = coord._view_total([x.costs["guard"][0] for x in reps])
+        after = coord._view_total([x.costs["guard"][1] for x in reps])
+        if not after < before - coord.tol * max(1.0, before):
+            return False
+        jobs = sorted({j for x in reps for j in x.costs["guard"][0].cross})
+        msg = self._post(CoordinatorMessage(epoch, rnd, [Assignment(j, 0, None, 1.0, 0)
+                                                         for j in jobs]))
+        for a in msg.assignments:
+            current[a.job] = a
+        phase(lambda L: L.adopt_fair(), comp)
+        self.guarded_components += 1
+        return True
+
+    def _racks(self, state, model, K: int, names, pot, prev, jfp) -> tuple:
+        """The Local Schedulers of this epoch (rack -> scheduler), each rack's inputs and how
+        many racks were kept from the last epoch."""
+        cl = state.cluster
+        # the links each rack owns (links_of_rack for every rack, in one pass)
+        tor_rack = {t: r for r, t in enumerate(cl.tors)}
+        rack_links: Dict[int, set] = {r: set() for r in range(cl.spec.racks)}
+        for l in cl.links:
+            for end in (l.src, l.dst):
+                r = tor_rack.get(end)
+                if r is not None:
+                    rack_links[r].add(l.index)
+        link_rack = {l: r for r, ls in rack_links.items() for l in ls}
+        rack_jobs: Dict[int, List[str]] = {}
+        for n in names:
+            for r in sorted({link_rack[l] for l in pot[n]}):
+                rack_jobs.setdefault(r, []).append(n)
+        # incremental epochs: a rack whose inputs (its jobs and their profiles, in the reuse
+        # fingerprint's 2% buckets) did not change keeps its Local Scheduler and every cache
+        # of it (summaries, solves); warm start: the Coordinator starts from the last
+        # epoch's decisions of the rack-spanning jobs that are still there
+        locs: Dict[int, LocalScheduler] = {}
+        fps: Dict[int, tuple] = {}
+        reused = 0
+        for r in sorted(rack_jobs):
+            fps[r] = tuple((n, jfp[n]) for n in rack_jobs[r])
+            old = prev[1].get(r) if prev is not None else None
+            if old is not None and old[0] == fps[r]:
+                locs[r] = old[1]
+                locs[r].new_epoch()
+                reused += 1
+                continue
+            locs[r] = LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
+                                     self.cap_fracs, self.exhaustive_limit, self.max_passes,
+                                     self.span_weight, self.cross_caps, self.screen,
+                                     self.screen_keep, self.large_group, self.shift_phases)
+        return locs, fps, reused
+
+    def _phase_stage(self, locs, current, coord, epoch: int, last_rnd: int, sums, phase,
+                     at_coord, cross_racks) -> tuple:
+        """The phase stage (docs/harmonics.md).  Returns (current, phase rounds)."""
+        # phase stage: start-time shifts of the jobs tied in a class with a link neighbour,
+        # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
+        # the rack-spanning ones from the racks' costs of each phase (same descent as above)
+        phase_rounds = 0
+        probe: List[str] = []
+        if self.shift_phases > 1 and current:
+            # the Coordinator names the rack-spanning jobs the phase stage probes (their
+            # slowdown compounded over the last round's views)
+            probe = at_coord(lambda: self._post(CoordinatorMessage(
+                epoch, last_rnd, list(current.values()),
+                coord.slowed(sums, current, params.PROBE_MIN))).probe)
+        while self.shift_phases > 1:
+            fixed = {j: a.opt for j, a in (current or {}).items()}
+            phase(lambda L: L.phase_solve({n: fixed[n] for n in L.cross}), list(locs))
+            if not cross_racks or phase_rounds >= self.max_rounds:
+                break
+            phase_rounds += 1
+            rnd = last_rnd + phase_rounds
+            sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross},
+                                                     probe), cross_racks)
+            sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
+            if not sums:
+                break
+            msg = at_coord(lambda: self._post(coord.coordinate(sums, epoch, rnd, current)))
+            new = {a.job: a for a in msg.assignments}
+            changed = any(new[j] != current[j] for j in new)
+            current = new
+            if not changed:
+                break
+        return current, phase_rounds
+
+    def _decisions(self, state, model, locs, final: Dict[str, Opt], current) -> Decisions:
+        """The epoch's Decision per job, with its reason."""
+        # jobs scored with the closed-form proxy in at least one rack (said in the reason)
+        proxied: Dict[str, List[int]] = {}
+        for r, L in locs.items():
+            for g in L.large:
+                for n in g:
+                    proxied.setdefault(n, []).append(r)
+        out: Decisions = {}
+        for j in state.jobs:
+            o = final.get(j.name)
+            if o is None:
+                out[j.name] = Decision(job=j.name, reason="harmonics: no network traffic")
+                continue
+            tier = "coordinator" if j.name in (current or {}) else f"local scheduler of rack {j.racks[0]}"
+            why = f"harmonics: {tier}, class {o.priority}, spine {o.spine}, cap {o.cap:g}"
+            if o.shift:
+                why += f", shift phase {o.shift}/{self.shift_phases}"
+            if j.name in proxied:
+                why += (f"; group > {self.large_group} jobs in rack(s) "
+                        f"{','.join(map(str, proxied[j.name]))}: scored with the closed-form "
+                        f"load proxy, not the model")
+            out[j.name] = make_decision(model, j.name, o, why)
+        return out
+
+    def _proposal_stage(self, locs, current, coord, epoch: int, rnd0: int, phase, at_coord,
+                        cross_racks) -> tuple:
+        """The proposal stage: racks exchange their boundary jobs (ghosts), each searches its
+        halo groups jointly, the other racks cost the proposals, the Coordinator accepts the
+        best (after the phase stage, whose rack views would otherwise undo its joint moves).
+        Returns (current, rounds, proposals accepted)."""
+        prop_rounds, accepted = 0, 0
+        for _ in range(self.max_rounds if self.propose and cross_racks and current else 0):
+            prop_rounds += 1
+            rnd = rnd0 + prop_rounds
+            fixed = {j: a.opt for j, a in current.items()}
+            for L in locs.values():
+                L.assign.update({n: fixed[n] for n in L.cross})
+            reps = phase(lambda L: ProposalReport(L.rack, epoch, rnd, boundary=L.boundary()),
+                         list(locs))
+            reps = [self._post(x) for _, x in sorted(reps.items()) if x.boundary]
+            routed = at_coord(lambda: coord.route_ghosts(reps))
+            # only racks that hold ghosts propose (elsewhere the halo view is the rack view)
+            msgs = {r: self._post(CoordinatorMessage(epoch, rnd, [], ghosts=gs))
+                    for r, gs in sorted(routed.items()) if r in locs}
+            reps = phase(lambda L: (L.set_halo(msgs[L.rack].ghosts),
+                                    L.propose(epoch, rnd, self.exhaustive_limit))[1],
+                         sorted(msgs))
+            reps = [self._post(x) for _, x in sorted(reps.items()) if x.proposals]
+            if not reps:
+                break
+            routed = at_coord(lambda: coord.route_proposals(reps))
+            asks = {r: self._post(CoordinatorMessage(epoch, rnd, [], proposals=ps))
+                    for r, ps in routed.items()}
+            costs = phase(lambda L: (L.rack in msgs or L.set_halo([]),
+                                     L.cost_proposals(epoch, rnd, asks[L.rack].proposals))[1],
+                          sorted(asks))
+            costs = [self._post(x) for _, x in sorted(costs.items())]
+            msg = at_coord(lambda: self._post(self._arbitrated(coord, reps + costs, current,
+                                                               epoch, rnd)))
+            current = {a.job: a for a in msg.assignments}
+            fixed = {j: a.opt for j, a in current.items()}
+            phase(lambda L: L.adopt(fixed, msg.accepted), list(locs))
+            accepted += len(msg.accepted)
+            if not msg.accepted:
+                break
+        return current, prop_rounds, accepted
+
+    @staticmethod
+    def _arbitrated(coord, reports, current, epoch: int, rnd: int) -> CoordinatorMessage:
+        new, acc = coord.arbitrate(reports, current)
+        return CoordinatorMessage(epoch, rnd, list(new.values()), accepted=acc)
+
+    @staticmethod
+    def _job_fp(j) -> tuple:
+        """A job's inputs in the reuse fingerprint's 2% buckets."""
+        def q(x):
+            return 0 if x <= 0 else round(50 * math.log(x))
+        return (tuple(j.hosts), q(j.compute_s), tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items())))
+
+    @staticmethod
+    def _around(L: LocalScheduler, cur: Dict[str, Opt]) -> Dict[str, Opt]:
+        """A rack's assignment around the Coordinator's: its own decisions with the
+        rack-spanning ones replaced; a new rack in a warm epoch first solves its jobs with
+        the Coordinator's held (its preferences for the jobs that are not held yet)."""
+        if any(n not in L.assign for n in L.jobs):
+            L.solve({n: cur[n] for n in L.cross if n in cur})
+        return {**L.assign, **{n: cur[n] for n in L.cross if n in cur}}
+
+    def decide(self, state: ClusterState) -> Decisions:
+        fp = self._fingerprint(state) if self.reuse else None
+        if self.reuse and self._last is not None and self._last[0] == fp:
+            self.stats = dict(self.stats, reused=1)
+            return {k: Decision.from_dict(v.to_dict()) for k, v in self._last[1].items()}
+        out = self._decide(state)
+        if self.reuse:
+            self._last = (fp, out)
+        return out
+
+    def _evaluator(self, cl) -> Evaluator:
+        """The model evaluator, kept across epochs (``incremental``): its results are keyed by
+        the canonical sub-problem (jobs, links relabelled, capacities), so a sub-problem whose
+        inputs did not change is not simulated again; a new cluster starts a new one."""
+        cap = link_capacities(cl)
+        ev = self._ev
+        if (not self.incremental or ev is None or ev.cap != cap
+                or len(ev.cache) > self.cache_limit):
+            ev = Evaluator(cap, share_allocations=True)
+        if self.incremental:
+            self._ev = ev
+        return ev
+
+    def _post(self, msg):
+        if not self.wire:
+            return msg
+        s = msg.to_json()
+        self.messages.append(s)
+        return type(msg).from_json(s)
+
+    def _decide(self, state: ClusterState) -> Decisions:
+        t_start = time.perf_counter()
+        self.messages = []
+        cl = state.cluster
+        K = max(1, state.num_classes)
+        model = ContentionModel(state, self._evaluator(cl))
+        names = [j.name for j in state.jobs if has_comm(model, j.name)]
+        pot = {n: potential_links(state, model, n) for n in names}
+        prev = self._prev if (self.incremental and self._prev is not None
+                              and self._prev[0] == (model.ev.cap, K)) else None
+        jfp = {j.name: self._job_fp(j) for j in state.jobs}
+        locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp)
+        warm = prev is not None and self.warm and bool(prev[2])
+        movable: Optional[set] = None
+        if warm:
+            # only the rack-spanning jobs of the racks whose inputs changed (a job arrived,
+            # left or changed there) move, and new ones; the others hold the last decisions
+            # (the unchanged racks' caches answer their held solves)
+            cross_now = {n for n in names if model.jobs[model.index[n]].spans_racks}
+            dirty = [r for r in locs if prev[1].get(r, (None,))[0] != fps[r]]
+            movable = {n for r in dirty for n in locs[r].cross}
+            movable |= {n for n in cross_now if n not in prev[2]}
+            # the rounds choose shift-free, uncapped decisions for the jobs that move (the
+            # phase and joint stages set shifts and caps again); the others keep theirs
+            prev = (prev[0], prev[1], {j: (Assignment(j, a.priority, a.spine, 1.0, 0)
+                                           if j in movable else a)
+                                       for j, a in prev[2].items() if j in cross_now})
+        coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
+        epoch = state.epoch
+        crit = 0.0     # critical path if racks ran in parallel: max over racks per phase
+        t_setup = time.perf_counter() - t_start
+        crit += t_setup
+
+        def phase(fn, racks):
+            nonlocal crit
+            worst, res = 0.0, {}
+            for r in racks:
+                t0 = time.perf_counter()
+                res[r] = fn(locs[r])
+                worst = max(worst, time.perf_counter() - t0)
+            crit += worst
+            return res
+
+        def at_coord(fn):
+            nonlocal crit
+            t0 = time.perf_counter()
+            res = fn()
+            crit += time.perf_counter() - t0
+            return res
+
+        cross_racks = [r for r in locs if locs[r].cross]
+        current: Optional[Dict[str, Assignment]] = dict(prev[2]) if warm else None
+        rounds = 0
+        for rnd in range(1, (self.warm_rounds if warm else self.max_rounds) + 1):
+            rounds = rnd
+            if current is None:
+                sums = phase(lambda L: L.summarise(epoch, rnd), cross_racks)
+            else:
+                cur_opts = {j: a.opt for j, a in current.items()}
+                racks = (cross_racks if movable is None else
+                         [r for r in cross_racks if not movable.isdisjoint(locs[r].cross)])
+                sums = phase(lambda L: L.summarise(epoch, rnd, self._around(L, cur_opts),
+                                                   only=movable), racks)
+            sums = [self._post(s) for _, s in sorted(sums.items())]
+            t0 = time.perf_counter()
+            msg = self._post(coord.coordinate(sums, epoch, rnd, current, warm=warm and rnd == 1))
+            crit += time.perf_counter() - t0
+            new = {a.job: a for a in msg.assignments}
+            changed = current is None or any(new[j] != current.get(j) for j in new)
+            current = new
+            fixed = {j: a.opt for j, a in current.items()}
+            # every Local Scheduler re-solves its rack-local jobs with the cross-rack ones fixed
+            phase(lambda L: L.solve({n: fixed[n] for n in L.cross}), list(locs))
+            if not changed or not cross_racks:
+                break
+        last_rnd = rounds               # message round numbers go on from here
+        current, phase_rounds = self._phase_stage(locs, current, coord, epoch, last_rnd, sums,
+                                                  phase, at_coord, cross_racks)
+        t_prop = time.perf_counter()     # the proposal stage
+        current, prop_rounds, accepted = self._proposal_stage(
+            locs, current, coord, epoch, last_rnd + phase_rounds, phase, at_coord, cross_racks)
+        t_prop = time.perf_counter() - t_prop
+        self.guarded_components = 0
+        joint = self._joint(locs, current, coord, epoch, last_rnd + phase_rounds + prop_rounds + 1,
+                            phase, jfp, model, state) if current and self.joint_jobs > 0 else (0, 0)
+        final: Dict[str, Opt] = {}
+        for r, L in locs.items():
+            for n in L.local:
+                final[n] = L.assign[n]
+        if current:
+            for j, a in current.items():
+                final[j] = a.opt
+        # what every Local Scheduler enforces at the end (tests check the consistency)
+        self.rack_views = {r: dict(L.assign) for r, L in locs.items()}
+        if self.incremental:
+            self._prev = ((model.ev.cap, K), {r: (fps[r], L) for r, L in locs.items()},
+                          dict(current or {}))
+        elapsed = time.perf_counter() - t_start
+        self.stats = {"seconds": elapsed, "critical_path_s": crit, "rounds": rounds,
+                      "phase_rounds": phase_rounds, "proposal_rounds": prop_rounds,
+                      "proposal_s": t_prop,
+                      "proposals_accepted": accepted,
+                      "joint_components": joint[0], "joint_improved": joint[1],
+                      "guarded": sum(L.guarded for L in locs.values()),
+                      "guarded_components": self.guarded_components,
+                      "halo_evals": sum(L.halo_evals for L in locs.values()),
+                      "shifted": sum(1 for o in final.values() if o.shift),
+                      "racks": len(locs), "cross_jobs": len(current or {}),
+                      "local_evals": sum(L.evals for L in locs.values()),
+                      "proxy_evals": sum(L.proxy_evals for L in locs.values()),
+                      "proxy_groups": sum(len(L.large) for L in locs.values()),
+                      "proxy_batches": sum(L.proxy_batches for L in locs.values()),
+                      "pruned": sum(L.pruned for L in locs.values()),
+                      "simulations": model.ev.evaluations, "reused": 0,
+                      "racks_reused": reused, "warm": int(warm)}
+        return self._decisions(state, model, locs, final, current)
