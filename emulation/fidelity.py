@@ -48,10 +48,12 @@ THRESHOLDS = {
     # ... and no more than this share of the intervals has less than 5% idle
     "cpu_starved_share_max": 0.20,
     "cpu_starved_below": 0.05,
+    # Open vSwitch's threads wait for a core at most this long per second of CPU they get
+    "ovs_wait_per_cpu_s_max": 0.5,
     # a saturated link carries at least this share of its rate (and not far above it)
     "link_rate_min": 0.90,
     "link_rate_max": 1.05,
-    "link_saturated_min_s": 2.0,      # saturated time a link needs before it is judged
+    "link_saturated_min_s": 2.0,      # saturated time a link (or all, summed) needs to be judged
     # the highest competing class gets at least its promised share less this
     "class_share_tolerance": 0.10,
     "class_competing_min_s": 1.0,
@@ -79,6 +81,33 @@ def proc_ticks(pid: int) -> Optional[int]:
         return None
     fields = s[s.rfind(")") + 2:].split()
     return int(fields[11]) + int(fields[12])
+
+
+def proc_sched(pid: int) -> Optional[tuple]:
+    """(ns on a CPU, ns waiting for one) summed over a process's threads (/proc/PID/task/*/schedstat)."""
+    run = wait = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                a, b, _ = f.read().split()
+        except (OSError, ValueError):
+            continue
+        run += int(a)
+        wait += int(b)
+    return run, wait
+
+
+def read_psi() -> Optional[int]:
+    """Microseconds during which some task waited for a CPU (/proc/pressure/cpu), None without PSI."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return int(f.readline().rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def qdisc_stats(devs: Iterable[str]) -> Dict[str, dict]:
@@ -127,6 +156,7 @@ class Monitor:
         self.period = period
         self.samples: List[dict] = []
         self.ticks: Dict[str, Dict[int, list]] = {r: {} for r in self.roles}
+        self.sched: Dict[str, Dict[int, list]] = {r: {} for r in self.roles}
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.t_start = self.t_stop = None
@@ -160,12 +190,15 @@ class Monitor:
                 pids = list(pids_of())
             except Exception:       # noqa: BLE001 - a role that cannot be listed now is skipped
                 continue
-            seen = self.ticks[role]
+            seen, sch = self.ticks[role], self.sched[role]
             for pid in pids:
                 v = proc_ticks(pid)
                 if v is not None:
                     seen.setdefault(pid, [v, v])[1] = v
-        self.samples.append({"t": t, "idle": idle, "total": total, "q": q})
+                w = proc_sched(pid) if t >= self.t_from else None
+                if w is not None:
+                    sch.setdefault(pid, [w, w])[1] = w
+        self.samples.append({"t": t, "idle": idle, "total": total, "q": q, "psi": read_psi()})
 
     # ------------------------------------------------------------- figures
     def cpu_figures(self) -> dict:
@@ -184,7 +217,17 @@ class Monitor:
         wall = max(1e-9, s[-1]["t"] - s[0]["t"])
         roles = {r: round(sum(b - a for a, b in seen.values()) / hz / wall, 3)
                  for r, seen in self.ticks.items()}
-        return {"samples": len(h), "headroom_mean": round(float(h.mean()), 4),
+        # run-queue wait: how long a role's threads were runnable but had no CPU, per second
+        # of CPU they got (the delay the 2 cores added to forwarding and to the workers)
+        wait = {}
+        for r, seen in self.sched.items():
+            ran = sum(b[0] - a[0] for a, b in seen.values())
+            waited = sum(b[1] - a[1] for a, b in seen.values())
+            if ran > 0:
+                wait[r] = round(waited / ran, 4)
+        psi = [x["psi"] for x in s if x["psi"] is not None]
+        pressure = round((psi[-1] - psi[0]) / 1e6 / wall, 4) if len(psi) >= 2 else None
+        return {"wait_per_cpu_s": wait, "cpu_pressure_some": pressure,"samples": len(h), "headroom_mean": round(float(h.mean()), 4),
                 "headroom_median": round(float(np.median(h)), 4),
                 "headroom_p10": round(float(np.percentile(h, 10)), 4),
                 "starved_share": round(float((h < THRESHOLDS["cpu_starved_below"]).mean()), 4),
@@ -287,7 +330,12 @@ def evaluate(mon: Optional[Monitor], run_dir: Path, isolated_cv: Optional[Dict[s
     if cpu:
         bad = (cpu["headroom_median"] < th["cpu_headroom_median_min"]
                or cpu["starved_share"] > th["cpu_starved_share_max"])
-        checks["cpu"] = "suspect" if bad else "ok"
+        ovs_wait = cpu.get("wait_per_cpu_s", {}).get("ovs-vswitchd")
+        bad_ovs = ovs_wait is not None and ovs_wait > th["ovs_wait_per_cpu_s_max"]
+        checks["cpu"] = "suspect" if bad or bad_ovs else "ok"
+        if bad_ovs:
+            reasons.append(f"Open vSwitch waited {ovs_wait:.2f} s for a core per CPU second "
+                           f"(max {th['ovs_wait_per_cpu_s_max']:g})")
         if bad:
             reasons.append(f"CPU headroom median {100 * cpu['headroom_median']:.0f}% (min "
                            f"{100 * th['cpu_headroom_median_min']:.0f}%), under "
@@ -304,6 +352,23 @@ def evaluate(mon: Optional[Monitor], run_dir: Path, isolated_cv: Optional[Dict[s
     if judged:
         fig["link_rate_min"] = min(l["achieved_ratio"] for l in judged)
         fig["link_rate_max"] = max(l["achieved_ratio"] for l in judged)
+    # short collectives rarely keep one link busy for long: all links' saturated intervals
+    # together (bytes over capacity x time) are judged as one figure too
+    sat = [l for l in links.values() if "achieved_ratio" in l]
+    cap = sum(l["saturated_s"] * l["mbps"] for l in sat)
+    tot_s = sum(l["saturated_s"] for l in sat)
+    if cap > 0:
+        fig["link_rate_all"] = round(sum(l["achieved_ratio"] * l["saturated_s"] * l["mbps"] for l in sat) / cap, 4)
+        fig["link_saturated_s_all"] = round(tot_s, 2)
+        if tot_s >= th["link_saturated_min_s"]:
+            ok_all = th["link_rate_min"] <= fig["link_rate_all"] <= th["link_rate_max"]
+            if checks["link_rate"] == "n/a":
+                checks["link_rate"] = "ok" if ok_all else "suspect"
+            if not ok_all and not slow:
+                checks["link_rate"] = "suspect"
+                reasons.append(f"saturated links ran at {100 * fig['link_rate_all']:.0f}% of their rate "
+                               f"overall ({tot_s:.1f} link-seconds; allowed {100 * th['link_rate_min']:.0f}-"
+                               f"{100 * th['link_rate_max']:.0f}%)")
     if slow:
         w = max(slow, key=lambda l: abs(l["achieved_ratio"] - 1.0))
         reasons.append(f"{len(slow)} saturated link(s) off their rate, e.g. {w['link']} at "
