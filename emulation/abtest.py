@@ -4,7 +4,7 @@
         [--pairs 3] [--policy fair] --out DIR
 
 Each side is NAME:KEY=VALUE,...; a KEY is a scenario ``emulation`` field (gso_max_bytes,
-capture, tcp_cc), ``iterations`` (every job's), or a host-tuning setting of
+capture, tcp_cc, bandwidth_scale), ``iterations`` (every job's), or a host-tuning setting of
 emulation.jobspec.TUNING_DEFAULTS (passed as HARMONICS_TUNING).  The runs alternate A B A B
 ..., so the machine's slow periods hit both sides alike; each run is a separate
 ``python -m emulation run`` under the machine-wide stack lock (taken per run, so other users
@@ -35,7 +35,7 @@ from .jobspec import TUNING_DEFAULTS
 from .worker import read_worker_log
 
 LOCK = "/tmp/harmonics-stack.lock"
-EMU_KEYS = ("gso_max_bytes", "capture", "tcp_cc")
+EMU_KEYS = ("gso_max_bytes", "capture", "tcp_cc", "bandwidth_scale")
 
 
 def parse_side(arg: str) -> dict:
@@ -47,7 +47,8 @@ def parse_side(arg: str) -> dict:
         k, _, v = item.partition("=")
         if k in EMU_KEYS:
             side["emulation"][k] = ([v] if k == "capture" else None if v == "null"
-                                    else int(v) if k == "gso_max_bytes" else v)
+                                    else int(v) if k == "gso_max_bytes"
+                                    else float(v) if k == "bandwidth_scale" else v)
         elif k == "iterations":
             side["iterations"] = int(v)
         elif k in TUNING_DEFAULTS:
