@@ -29,7 +29,8 @@ def ping_all(ec: EmulatedCluster) -> float:
 
 
 def measure_flows(ec: EmulatedCluster, pairs: List[Tuple[str, str]], seconds: float,
-                  skip: float = 1.0, cc: Optional[str] = None) -> List[FlowResult]:
+                  skip: float = 1.0, cc: Optional[str] = None,
+                  started: Optional[list] = None) -> List[FlowResult]:
     """Run one TCP flow per (src, dst) pair concurrently; goodput measured at each receiver."""
     # let the controller's per-flow rates (polled every second) see earlier flows end, so
     # that its least-loaded spine choice is not steered by traffic that already stopped
@@ -48,6 +49,8 @@ def measure_flows(ec: EmulatedCluster, pairs: List[Tuple[str, str]], seconds: fl
         if cc:
             args += ["--cc", cc]
         clients.append(ec.popen(src, args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    if started is not None:
+        started.append(time.time())
     # the flows are live: read the controller's per-flow spine choice now
     time.sleep(min(1.0, seconds / 2))
     flows = ec.controller_status().get("flows", [])
@@ -229,20 +232,35 @@ def uplink_flows(ec: EmulatedCluster, seconds: float) -> Tuple[List[FlowResult],
     """Concurrent cross-rack flows on every uplink: every host sends one flow to the host in
     the same position of the next rack (racks x hosts flows at once, so every ToR has more
     flows than uplinks); per uplink (ToR -> spine egress) the flows the controller put on it
-    and their summed goodput (measured at the receivers, slow start left out)."""
+    and the rate the uplink carried, from its qdisc's byte counter (sampled every 0.2 s by
+    the fidelity monitor) from 1 s after the last flow started to the flows' end."""
+    from .fidelity import Monitor
     c = ec.cluster
     pairs = []
     for r in range(c.spec.racks):
         nxt = (r + 1) % c.spec.racks
         for a, b in zip(c.hosts_in_rack(r), c.hosts_in_rack(nxt)):
             pairs.append((a, b))
-    flows = measure_flows(ec, pairs, seconds)
     up_mbps = ec.emu.link_mbps(c.spec.uplink_gbps)
+    devs = {ec.intf_name(f"{t}>{sp}"): (f"{t}>{sp}", up_mbps) for t in c.tors for sp in c.spines}
+    mon = Monitor(devs, period=0.2).start()
+    started: list = []
+    try:
+        flows = measure_flows(ec, pairs, seconds, started=started)
+    finally:
+        mon.stop()
+    t0, t1 = started[0] + 1.0, started[0] + seconds - 0.2
+    win = [x for x in mon.samples if t0 <= x["t"] <= t1]
     loads = []
-    for r, tor in enumerate(c.tors):
-        for s_, sp in enumerate(c.spines):
-            on = [f for f in flows if f.spine == s_ and c.rack_of(f.src) == r]
-            loads.append(UplinkLoad(f"{tor}>{sp}", len(on), sum(f.mbps for f in on), up_mbps))
+    for dev, (lid, _) in devs.items():
+        tor, sp = lid.split(">")
+        r, s_ = c.tors.index(tor), c.spines.index(sp)
+        n = sum(1 for f in flows if f.spine == s_ and c.rack_of(f.src) == r)
+        mbps = 0.0
+        if len(win) >= 2 and dev in win[0]["q"] and dev in win[-1]["q"]:
+            mbps = ((win[-1]["q"][dev]["bytes"] - win[0]["q"][dev]["bytes"]) * 8
+                    / max(1e-9, win[-1]["t"] - win[0]["t"]) / 1e6)
+        loads.append(UplinkLoad(lid, n, mbps, up_mbps))
     return flows, loads
 
 
