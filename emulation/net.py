@@ -177,7 +177,14 @@ class EmulatedCluster:
         self.state.add_bridges(topo.switches())
         self.net = Mininet(topo=topo, switch=OVSSwitch, link=TCLink, controller=None,
                            autoSetMacs=False, build=False, waitConnected=False)
-        self.net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.port)
+        class Remote(RemoteController):
+            # start_controller already saw the port accept a connection; Mininet's own check
+            # (telnet through a shell, its output decoded in chunks) failed now and then with a
+            # UnicodeDecodeError under load (2 of about 25 runs)
+            def checkListening(self):
+                pass
+
+        self.net.addController("c0", controller=Remote, ip="127.0.0.1", port=self.port)
         self.net.build()
         self.state.add_links(i.name for sw in self.net.switches for i in sw.intfList() if i.name != "lo")
         self.net.start()
