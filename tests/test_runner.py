@@ -182,6 +182,9 @@ def test_priority_on_a_host_nic_shared_by_two_jobs(emulation_ready, tmp_path):
     rows = run_emulation(sc, "static", out, isolated="analytical", quiet=True, policy_kw={"path": str(static)})
     ctl = json.loads((out / "control" / "jobA.json").read_text())
     assert ctl["dscp"] == 46
-    assert rows["jobA"]["mean_iter_s"] < 0.85 * rows["jobB"]["mean_iter_s"], rows
+    # jobB runs at about twice jobA's iteration time until the two settle into alternating
+    # phases (about 6 iterations here), after which both run near their isolated time: the
+    # steady-state means (warm-up left out) are close, so the whole run is compared (JCT)
+    assert rows["jobA"]["jct_s"] < 0.85 * rows["jobB"]["jct_s"], rows
     cap = pcap.analyze_pcap(out / "captures" / "tor0-sp0.pcap", out / "specs")
     assert max(cap.jobs["jobA"].dscp, key=cap.jobs["jobA"].dscp.get) == 46
