@@ -91,6 +91,9 @@ def run_one_emulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
         info = json.loads((out / "run.json").read_text())
     except (OSError, ValueError):
         pass
+    verdict = (info.get("fidelity") or {}).get("verdict", "")
+    if verdict.startswith("suspect"):
+        progress(f"warning: {policy}: this run is {verdict}")
     if info.get("failures"):
         return "partial: " + "; ".join(info["failures"])[:300]
     return f"partial: no iterations for {', '.join(bad)}" if bad else "ok"
@@ -98,9 +101,11 @@ def run_one_emulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
 
 def run_one_simulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
     from controllers.schedulers import get_policy
+    from emulation.jobspec import WARMUP_ITERATIONS
     from simulation import SimConfig, simulate, write_results
     cfg = SimConfig(decision_timeout_s=opts.get("decision_timeout"), max_time_s=opts.get("max_time"),
-                    decision_budget_s=opts.get("decision_budget"), progress=False)
+                    decision_budget_s=opts.get("decision_budget"), progress=False,
+                    warmup_iterations=WARMUP_ITERATIONS)   # the emulator's warm-up rule
     pol = None if policy == "none" else get_policy(policy)      # none: no controller at all
     res = simulate(resolve(sc), pol, cfg, policy_name=policy)
     write_results(res, out, extra={"config": vars(cfg), "by": "python -m analysis compare"})
@@ -210,6 +215,10 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
         return 1
     if summary:
         print(summary_text(rep))
+    suspect = [r.policy for r in rep.runs if r.fidelity.startswith("suspect")]
+    if suspect:
+        progress(f"warning: {len(suspect)} run(s) suspect ({', '.join(suspect)}): see the fidelity "
+                 f"lines at the top of {d / 'comparison.md'}")
     if interrupted:
         return 130
     return 0 if all(r["status"] == "ok" for r in state["runs"].values()) else 1

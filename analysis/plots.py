@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .report import WARMUP_ITERATIONS, Report, _finite, capture_series  # noqa: E402
+from .report import Report, _finite, capture_series  # noqa: E402
 
 POLICY_COLORS = {"fair": "#7f7f7f", "optimal": "#1f1f1f", "crux": "#1f77b4",
                  "cassini": "#ff7f0e", "harmonics": "#2ca02c", "none": "#bcbd22"}
@@ -70,7 +70,7 @@ def plot_iteration_time(rep: Report, path: Path) -> bool:
         for j in jobs:
             per_it: Dict[int, list] = {}
             for r in run.iterations:
-                if r[0] == j and r[2] >= WARMUP_ITERATIONS:
+                if r[0] == j and r[2] >= run.steady_from(j):
                     per_it.setdefault(r[2], []).append(r)
             if not per_it:
                 continue
@@ -98,7 +98,7 @@ def plot_iteration_time(rep: Report, path: Path) -> bool:
         axes[0, 0].legend(title="job", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.suptitle(f"{rep.scenario.name}: per-job iteration time over the run"
                  + ("" if labelled else f" ({len(jobs)} jobs, not labelled)")
-                 + f"\n(mean over a job's workers; iteration 0 = warm-up left out)", fontsize=11)
+                 + f"\n(mean over a job's workers; warm-up iterations left out)", fontsize=11)
     _save(fig, path)
     return True
 
@@ -124,9 +124,9 @@ def plot_iteration_cdf(rep: Report, path: Path) -> bool:
         c = policy_color(run.policy, i)
         _cdf(axes[0, 0], k * t, color=c, lw=2, label=f"{run.policy} (n={len(t)})")
         if iso_ok:
-            sd = [r[6] - r[3] for r in run.iterations if r[2] >= WARMUP_ITERATIONS]
+            sd = [r[6] - r[3] for r in run.iterations if r[2] >= run.steady_from(r[0])]
             iso = [run.jobs[r[0]].isolated_iter_s if r[0] in run.jobs else math.nan
-                   for r in run.iterations if r[2] >= WARMUP_ITERATIONS]
+                   for r in run.iterations if r[2] >= run.steady_from(r[0])]
             rel = [a / b for a, b in zip(sd, iso) if _finite(b) and b > 0]
             _cdf(axes[0, 1], rel, color=c, lw=2, label=run.policy)
     ax = axes[0, 0]
@@ -148,7 +148,7 @@ def plot_iteration_cdf(rep: Report, path: Path) -> bool:
         ax.set_title("per-iteration slowdown", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(title="policy", fontsize=8, loc="lower right")
-    fig.suptitle(f"{rep.scenario.name}: CDF of iteration times per policy (iteration 0 left out)",
+    fig.suptitle(f"{rep.scenario.name}: CDF of iteration times per policy (warm-up left out)",
                  fontsize=11)
     _save(fig, path)
     return True

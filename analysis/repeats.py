@@ -83,6 +83,7 @@ def aggregate(d, plots: bool = True) -> dict:
     except (OSError, ValueError) as e:
         raise ReportError(f"{d}: not a repeated comparison ({REPEATS_JSON}: {e})") from None
     samples: Dict[str, Dict[str, List[float]]] = {}
+    fid: Dict[str, List[tuple]] = {}          # policy -> (run, verdict) of its ok runs
     read = 0
     for rd in run_dirs(d):
         f = rd / "comparison.csv"
@@ -93,6 +94,8 @@ def aggregate(d, plots: bool = True) -> dict:
             if r.get("status") != "ok":
                 continue
             s = samples.setdefault(r["policy"], {m: [] for m in METRICS})
+            if r.get("fidelity"):
+                fid.setdefault(r["policy"], []).append((rd.name, r["fidelity"]))
             for m in METRICS:
                 s[m].append(_num(r.get(m)))
     if not samples:
@@ -109,7 +112,7 @@ def aggregate(d, plots: bool = True) -> dict:
                            "ci95_low": lo, "ci95_high": hi, "runs_below_1": below}
     _write_csv(d / "repeats.csv", REPEAT_COLS, list(stats.values()))
     res = {"dir": d, "scenario": info.get("scenario", d.name), "runs": read,
-           "planned": info.get("runs"), "policies": pols, "stats": stats}
+           "planned": info.get("runs"), "policies": pols, "stats": stats, "fidelity": fid}
     plot = None
     if plots:
         plot = plot_repeats(res, d / "plots" / "repeats.png")
@@ -136,14 +139,33 @@ def _cell(r: dict, fmt=fmt_r, ratio: bool = False) -> str:
     return txt
 
 
+def fidelity_cell(res: dict, p: str) -> str:
+    """'3/3 faithful', '2/3 faithful (run2 suspect)', or '–' (no verdicts: simulator, old runs)."""
+    vs = (res.get("fidelity") or {}).get(p) or []
+    if not vs:
+        return "–"
+    bad = [run for run, v in vs if v.startswith("suspect")]
+    txt = f"{len(vs) - len(bad)}/{len(vs)} faithful"
+    return txt + (f" ({', '.join(bad)} suspect)" if bad else "")
+
+
+def suspect_lines(res: dict) -> List[str]:
+    return [f"{p} {run}: {v}" for p in res["policies"] for run, v in (res.get("fidelity") or {}).get(p, [])
+            if v.startswith("suspect")]
+
+
 def table_md(res: dict) -> List[str]:
     hdr = ["policy", "runs", "mean iter s"] + [h for _, h in RATIOS]
+    has_fid = any((res.get("fidelity") or {}).values())
+    if has_fid:
+        hdr.append("fidelity")
     body = []
     for p in res["policies"]:
         r0 = res["stats"][p, "mean_iter_s"]
         body.append([p, str(r0["runs"]), _cell(r0, fmt_s)]
-                    + [_cell(res["stats"][p, m], ratio=True) for m, _ in RATIOS])
-    return _md_table(hdr, body)
+                    + [_cell(res["stats"][p, m], ratio=True) for m, _ in RATIOS]
+                    + ([fidelity_cell(res, p)] if has_fid else []))
+    return _md_table(hdr, body, right=range(1, len(hdr) - (1 if has_fid else 0)))
 
 
 def verdicts(res: dict) -> List[str]:
@@ -160,9 +182,10 @@ def verdicts(res: dict) -> List[str]:
             out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (one run: no interval)")
             continue
         word = {-1: "shorter than", 1: "longer than", 0: "not different from"}[_side(r)]
+        fc = fidelity_cell(res, p)
         out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (95% CI "
                    f"{fmt_r(r['ci95_low'])}-{fmt_r(r['ci95_high'])}), {word} fair's at the 95% level; below fair in "
-                   f"{r['runs_below_1']} of {r['runs']} runs")
+                   f"{r['runs_below_1']} of {r['runs']} runs" + (f"; fidelity {fc}" if fc != "–" else ""))
     return out
 
 
@@ -178,10 +201,20 @@ def render_markdown(res: dict, info: dict, plot: Optional[str]) -> str:
     L += ["Mean over the runs ± the half-width of its 95% confidence interval (Student's t). "
           "The ratios to fair are paired: each is taken inside one run. "
           "`*`: the interval excludes 1.", ""]
+    if any((res.get("fidelity") or {}).values()):
+        L += ["`fidelity`: how many of the policy's runs the emulator's fidelity monitor judged "
+              "faithful (emulation/fidelity.py; a suspect run's figures may reflect the emulator's "
+              "limits, not the policy).", ""]
     L += table_md(res)
     L += [""] + [f"- {v}" for v in verdicts(res)]
+    sus = suspect_lines(res)
+    if sus:
+        L += ["", "Suspect runs:"] + [f"- {x}" for x in sus]
     if plot:
+        fids = [f"{p} {fidelity_cell(res, p)}" for p in res["policies"] if fidelity_cell(res, p) != "–"]
         L += ["", f"![ratios to fair with 95% intervals]({plot})"]
+        if fids:
+            L += ["", "Fidelity of the runs in the plot: " + "; ".join(fids)]
     links = [f"[{p.name}]({p.name}/comparison.md)" for p in run_dirs(res["dir"])
              if (p / "comparison.md").is_file()]
     if links:
@@ -224,7 +257,11 @@ def summary_text(res: dict) -> str:
     L = [f"{res['scenario']}: {res['runs']} runs of {len(res['policies'])} policies "
          "(mean ± 95% CI half-width; * = the interval excludes 1)", ""]
     L += table_md(res)
-    L += [""] + verdicts(res) + ["", f"report: {res['dir'] / 'repeats.md'}"]
+    L += [""] + verdicts(res)
+    sus = suspect_lines(res)
+    if sus:
+        L += ["", f"warning: {len(sus)} suspect run(s):"] + [f"  {x}" for x in sus]
+    L += ["", f"report: {res['dir'] / 'repeats.md'}"]
     return "\n".join(L)
 
 

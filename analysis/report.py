@@ -18,7 +18,11 @@ links.csv from the simulator), and optionally compare.json (written by
 
 Conventions (the same as the back ends' summary.csv):
   * times are trace seconds; iteration time = end_s - start_s of one worker's iteration;
-    iteration 0 (warm-up) is left out of means and percentiles;
+    the first ``warmup_iterations`` of each job (run.json; 1 in results that do not
+    record it) are left out of means and percentiles, unless the job ran no more
+    iterations than that (emulation.jobspec.WARMUP_ITERATIONS: one rule for both back ends);
+  * fidelity (emulator): run.json's "fidelity" verdict, ``faithful`` or ``suspect: ...``
+    (emulation/fidelity.py), at the top of the report and in comparison.csv;
   * per job: mean and p99 iteration time, mean communication time, JCT = the last end_s
     (times are relative to the job's arrival), isolated iteration time from run.json
     ("isolated") or else summary.csv (mean_iter_s / slowdown_vs_isolated), slowdown =
@@ -44,7 +48,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import yaml
 
-WARMUP_ITERATIONS = 1
+WARMUP_ITERATIONS = 1          # results that do not record their warm-up used this
 KNOWN_ORDER = ["fair", "optimal", "crux", "cassini", "harmonics"]
 RESULT_FILES = ("summary.csv", "iterations.csv", "run.json", "decisions.jsonl", "decisions.csv")
 
@@ -52,7 +56,7 @@ POLICY_COLS = ["policy", "status", "jobs", "jobs_finished", "mean_iter_s", "p99_
                "mean_jct_s", "makespan_s", "mean_comm_s", "mean_slowdown",
                "mean_iter_vs_fair", "p99_iter_vs_fair", "jct_vs_fair", "comm_vs_fair",
                "slowdown_vs_fair", "decision_ms_mean", "decision_ms_max", "epochs",
-               "mean_iter_vs_limit"]
+               "mean_iter_vs_limit", "fidelity"]
 JOB_COLS = ["policy", "job", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s", "jct_s",
             "isolated_iter_s", "slowdown", "mean_iter_vs_fair", "note"]
 LIMIT_COLS = ["job", "isolated_s", "rho", "group", "limit_s"]
@@ -267,6 +271,8 @@ class PolicyRun:
     checks: List[PcapCheck] = field(default_factory=list)
     links: List[dict] = field(default_factory=list)             # simulator's links.csv
     notes: List[str] = field(default_factory=list)
+    warmup: int = WARMUP_ITERATIONS                             # iterations left out per job
+    fidelity: str = ""                                          # emulator: the run's verdict
 
     @property
     def has_results(self) -> bool:
@@ -277,7 +283,16 @@ class PolicyRun:
 
     def iteration_times(self, job: Optional[str] = None, warmup: bool = False) -> np.ndarray:
         return np.array([r[6] - r[3] for r in self.iterations
-                         if (job is None or r[0] == job) and (warmup or r[2] >= WARMUP_ITERATIONS)])
+                         if (job is None or r[0] == job) and (warmup or r[2] >= self.steady_from(r[0]))])
+
+    def steady_from(self, job: str) -> int:
+        """First iteration a job's means count: after the warm-up, unless the job ran no more
+        iterations than the warm-up (then all count)."""
+        cache = self.__dict__.setdefault("_steady", {})
+        if job not in cache:
+            n = len({r[2] for r in self.iterations if r[0] == job})
+            cache[job] = self.warmup if n > self.warmup else 0
+        return cache[job]
 
 
 def _load_iterations(path: Path) -> List[tuple]:
@@ -299,7 +314,7 @@ def _job_results(run: PolicyRun, sc: ScenarioInfo, summary: Dict[str, dict],
         rows = [r for r in run.iterations if r[0] == name]
         srow = summary.get(name, {})
         if rows:
-            steady = [r for r in rows if r[2] >= WARMUP_ITERATIONS] or rows
+            steady = [r for r in rows if r[2] >= run.steady_from(name)] or rows
             its = np.array([r[6] - r[3] for r in steady])
             jr.iterations = len({r[2] for r in rows})
             jr.mean_iter_s = float(its.mean())
@@ -488,6 +503,12 @@ def load_policy_run(path: Path, policy: str, sc: ScenarioInfo, compare_rec: Opti
         why = info.get("error") or (fails[0] if fails else "")
         run.status = f"{'partial' if (path / 'summary.csv').exists() else info['status']}: {why}".rstrip(": ")
         run.failed = not (path / "summary.csv").exists()
+    wu = info.get("warmup_iterations", (info.get("config") or {}).get("warmup_iterations"))
+    if isinstance(wu, int) and wu >= 0:
+        run.warmup = wu
+    fid = info.get("fidelity")
+    if isinstance(fid, dict) and fid.get("verdict"):
+        run.fidelity = str(fid["verdict"])
     if not path.is_dir():
         if not run.failed:
             run.status, run.failed = "no results", True
@@ -596,7 +617,7 @@ def _policy_row(run: PolicyRun) -> dict:
            "mean_slowdown": _mean(j.slowdown for j in js),
            "decision_ms_mean": float(ms.mean()) if len(ms) else math.nan,
            "decision_ms_max": float(ms.max()) if len(ms) else math.nan,
-           "epochs": len(ms)}
+           "epochs": len(ms), "fidelity": run.fidelity}
 
 
 def build_tables(rep: Report) -> None:
@@ -739,11 +760,37 @@ def check_table_md(rep: Report) -> List[str]:
                      right=range(3, 9))
 
 
+def warmup_text(rep: Report) -> str:
+    wus = sorted({r.warmup for r in rep.runs if r.has_results})
+    if not wus:
+        return "warm-up left out"
+    w = "/".join(str(x) for x in wus)
+    return f"the first {w} iteration{'s' if wus != [1] else ''} of each job left out as warm-up"
+
+
+def fidelity_lines(rep: Report) -> List[str]:
+    """One line per emulated policy run: its fidelity verdict."""
+    return [f"{r.policy}: {r.fidelity}" for r in rep.runs if r.fidelity]
+
+
+def fidelity_md(rep: Report) -> List[str]:
+    lines = fidelity_lines(rep)
+    if not lines:
+        return []
+    bad = [r.policy for r in rep.runs if r.fidelity.startswith("suspect")]
+    head = ("**Fidelity: every run faithful**" if not bad else
+            f"**Fidelity: {len(bad)} of {len(lines)} runs SUSPECT ({', '.join(bad)})**: "
+            "their numbers may reflect the emulator's limits (CPU, shaping) rather than the policy")
+    return [head + " (emulation/fidelity.py; figures and thresholds in each run's run.json, "
+            "`fidelity`):", ""] + [f"- {x}" for x in lines] + [""]
+
+
 def render_markdown(rep: Report) -> str:
     sc = rep.scenario
     L = [f"# Policy comparison: {sc.name}", ""]
     if sc.description:
         L += [f"> {sc.description}", ""]
+    L += fidelity_md(rep)
     backends = sorted({r.backend for r in rep.runs if r.backend != "?"}) or [sc.backend]
     L += [f"- back end: **{', '.join(backends)}**; cluster: {sc.racks} racks, {sc.hosts} hosts, "
           f"{sc.gpus} GPUs, {sc.spines} spine{'s' if sc.spines != 1 else ''}, host links {sc.host_link_gbps:g} Gb/s, "
@@ -756,7 +803,7 @@ def render_markdown(rep: Report) -> str:
         L.append(f"- emulator scaling: time x{sc.time_scale:g}, bandwidth / {sc.bandwidth_scale:g}; "
                  "all numbers below are trace units (seconds and bytes of the real cluster)")
     L += ["", "## Policies", "",
-          "Means over jobs (iteration 0 left out); `/ fair` = the policy's value divided by fair "
+          f"Means over jobs ({warmup_text(rep)}); `/ fair` = the policy's value divided by fair "
           "sharing's (below 1 is better); slowdown = mean iteration time / the job's isolated "
           "iteration time; decision time per controller epoch. Row `limit`: per job its "
           "isolated iteration time, stretched by the load of its most loaded link group at "
@@ -826,6 +873,9 @@ def render_markdown(rep: Report) -> str:
 def summary_text(rep: Report) -> str:
     """What a run prints at the end: the policy table and the capture check."""
     L = [f"{rep.scenario.name}: {len(rep.runs)} policies", ""]
+    fl = fidelity_lines(rep)
+    if fl:
+        L += ["fidelity:"] + [f"  {x}" for x in fl] + [""]
     L += policy_table_md(rep)
     if rep.pcap_check_rows:
         L += ["", "packet-capture check (higher class got more bytes on the bottleneck link?):", ""]

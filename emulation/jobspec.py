@@ -63,6 +63,36 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Union
 
 FORMAT = "harmonics-job-spec/1"
+
+# The start-up transient (connection set-up, slow start, the jobs' phases settling) lasts
+# about four iterations (docs/fidelity.md).  Every summary - the runner's summary.csv, the
+# simulator's (through analysis compare), the report - leaves out this many first iterations
+# of each job; a job that ran no more iterations than that keeps them all.
+WARMUP_ITERATIONS = 5
+
+# Host and process settings of an emulated run, each chosen by an A/B (docs/fidelity.md).
+# HARMONICS_TUNING="key=value,..." overrides them for experiments; run.json records them.
+TUNING_DEFAULTS = {
+    "slow_start_after_idle": 0,   # hosts' net.ipv4.tcp_slow_start_after_idle
+    "initcwnd": 0,                # hosts' initial congestion window, segments (0: kernel's 10)
+    "timer_slack_ns": 0,          # workers' timer slack (0: the kernel's 50 us)
+    "aux_nice": 0,                # nice value of tcpdump and the controller
+}
+
+
+def tuning() -> dict:
+    """TUNING_DEFAULTS with HARMONICS_TUNING's overrides (JobSpecError on a bad one)."""
+    out = dict(TUNING_DEFAULTS)
+    raw = os.environ.get("HARMONICS_TUNING", "").strip()
+    for item in filter(None, (x.strip() for x in raw.split(","))):
+        k, _, v = item.partition("=")
+        if k not in out:
+            raise JobSpecError(f"HARMONICS_TUNING: unknown setting {k!r} (known: {', '.join(out)})")
+        try:
+            out[k] = int(v)
+        except ValueError:
+            raise JobSpecError(f"HARMONICS_TUNING: {k} needs an integer (got {v!r})") from None
+    return out
 PORT_LOW = 20000           # default_port_bases starts here
 _EPHEMERAL_DEFAULT = (32768, 60999)
 
@@ -158,6 +188,7 @@ def job_spec(job, cluster, emulation, *, port_base: int, start_at: float,
         "log_path": str(log_path),
         "telemetry_path": None if telemetry_path is None else str(telemetry_path),
         "tcp_cc": emulation.tcp_cc,
+        "timer_slack_ns": tuning()["timer_slack_ns"],
         "dscp": None if dscp is None else int(dscp),
         "connect_timeout_s": float(connect_timeout_s),
         "io_timeout_s": float(io_timeout_s),

@@ -172,6 +172,8 @@ class EmulatedCluster:
         self.controller_proc: Optional[subprocess.Popen] = None
         self.port: Optional[int] = None
         self.host_procs: List[subprocess.Popen] = []
+        from .jobspec import tuning
+        self.tuning = tuning()
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self):
@@ -222,6 +224,11 @@ class EmulatedCluster:
             cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.state.add_process(self.controller_proc.pid, "controller")
+        if self.tuning["aux_nice"]:
+            try:
+                os.setpriority(os.PRIO_PROCESS, self.controller_proc.pid, self.tuning["aux_nice"])
+            except OSError:
+                pass
         deadline = time.monotonic() + 30
         while not self.status_path.exists():    # the app is up (it writes its status) ...
             self._controller_alive()
@@ -266,7 +273,11 @@ class EmulatedCluster:
             h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
             h.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={self.emu.tcp_cc}")
             # collectives restart after every compute phase: keep the window, as RDMA would
-            h.cmd("sysctl -qw net.ipv4.tcp_slow_start_after_idle=0")
+            # (A/B in docs/fidelity.md; HARMONICS_TUNING slow_start_after_idle=1 for the other side)
+            h.cmd(f"sysctl -qw net.ipv4.tcp_slow_start_after_idle={self.tuning['slow_start_after_idle']}")
+            if self.tuning["initcwnd"] > 0:
+                h.cmd(f"ip route change 10.0.0.0/8 dev {h.defaultIntf()} proto kernel scope link "
+                      f"src {h.IP()} initcwnd {self.tuning['initcwnd']}")
             # smaller segmentation-offload frames: a 64 KB frame holds a 50 Mbit/s link for
             # 10 ms, so strict priority would only act at that grain (docs/fidelity.md)
             if self.emu.gso_max_bytes:

@@ -17,7 +17,9 @@ the real cluster; the emulator's scaling is undone):
   DIR/phase.csv          phase control, one row per epoch and held job (as the simulator's)
   DIR/telemetry/JOB.csv  the job agent's iteration and collective starts (emulation/worker.py)
   DIR/captures/*.pcap    headers of the captured links
-  DIR/run.json           how it went (status, timings, failures, isolated times used)
+  DIR/run.json           how it went (status, timings, failures, isolated times used,
+                         warm-up, host tuning) and "fidelity": the monitor's verdict and
+                         figures (emulation/fidelity.py); summary.csv repeats the verdict
 """
 from __future__ import annotations
 
@@ -39,8 +41,8 @@ from workloads.scenario import ResolvedScenario, Scenario, ScenarioError, dump_s
 
 from controllers.schedulers.phase import phase_rows_from_records, phase_summary, write_phase_csv
 
-from . import qos
-from .jobspec import default_port_bases, write_job_spec
+from . import fidelity, qos
+from .jobspec import WARMUP_ITERATIONS, default_port_bases, tuning, write_job_spec
 from .net import EmulatedCluster, terminate_as_exception
 from .topo import check_emulable
 from .worker import read_worker_log
@@ -49,7 +51,6 @@ def known_policies() -> tuple:
     """The scheduler registry's policies, plus 'static' (decisions from a file)."""
     from controllers.schedulers import POLICIES
     return tuple(POLICIES) + ("static",)
-WARMUP_ITERATIONS = 1          # left out of means: connection set-up and slow start
 SNAPLEN = 128                  # captures keep headers only
 
 
@@ -97,6 +98,40 @@ def shared_link_interfaces(ec: EmulatedCluster) -> Dict[str, float]:
         for h in c.hosts:
             out[ec.intf_name(f"{c.tors[c.rack_of(h)]}>{h}")] = emu.link_mbps(c.spec.host_link_gbps)
     return out
+
+
+def monitored_links(ec: EmulatedCluster) -> Dict[str, tuple]:
+    """Switch egress interface -> (link id, Mbit/s) of every shaped link the switches send
+    on (host links, uplinks, spine downlinks), for the fidelity monitor."""
+    c, emu = ec.cluster, ec.emu
+    out = {}
+    for h in c.hosts:
+        lid = f"{c.tors[c.rack_of(h)]}>{h}"
+        out[ec.intf_name(lid)] = (lid, emu.link_mbps(c.spec.host_link_gbps))
+    if c.spec.racks > 1:
+        for t in c.tors:
+            for sp in c.spines:
+                for lid in (f"{t}>{sp}", f"{sp}>{t}"):
+                    out[ec.intf_name(lid)] = (lid, emu.link_mbps(c.spec.uplink_gbps))
+    return out
+
+
+def _ovs_pids() -> List[int]:
+    for d in ("/var/run/openvswitch", "/run/openvswitch", "/usr/local/var/run/openvswitch"):
+        try:
+            return [int(Path(d, "ovs-vswitchd.pid").read_text().split()[0])]
+        except (OSError, ValueError, IndexError):
+            continue
+    return []
+
+
+def start_monitor(ec: EmulatedCluster, procs: Dict[str, list], captures: list) -> fidelity.Monitor:
+    roles = {"ovs-vswitchd": _ovs_pids,
+             "controller": lambda: [ec.controller_proc.pid] if ec.controller_proc else [],
+             "tcpdump": lambda: [p.pid for p in captures],
+             "workers": lambda: [p.pid for ps in procs.values() for p in ps],
+             "runner (monitor included)": lambda: [os.getpid()]}
+    return fidelity.Monitor(monitored_links(ec), roles).start()
 
 
 def expected_duration(rs: ResolvedScenario) -> float:
@@ -165,7 +200,8 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
         (out / d).mkdir(exist_ok=True)
     (out / "decisions.jsonl").write_text("")
     info = {"scenario": sc.name, "policy": policy, "status": "running", "started": time.time(),
-            "emulation": emu.model_dump(mode="json")}
+            "emulation": emu.model_dump(mode="json"), "warmup_iterations": WARMUP_ITERATIONS,
+            "tuning": tuning()}
     # the controller reads each job's start time from its spec once the spec exists
     jobs_cfg = [{"name": j.name, "port_base": ports[j.name], "ranks": len(j.workers),
                  "spec_path": str((out / "specs" / f"{j.name}.json").resolve())} for j in rs.jobs]
@@ -180,6 +216,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
         ctl["rest_port"], ctl["rest_token"] = live.get("port") or free_tcp_port(), live["token"]
     procs: Dict[str, list] = {}
     captures = []
+    mon = None
     t_begin = time.time()
     with terminate_as_exception():
         ec = EmulatedCluster(sc, out, controller_config=ctl)
@@ -203,7 +240,11 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
                                       "-w", str(out / "captures" / f"{name}.pcap"), "tcp"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 ec.state.add_process(p.pid, f"tcpdump {intf}")
+                if info["tuning"]["aux_nice"]:
+                    os.setpriority(os.PRIO_PROCESS, p.pid, info["tuning"]["aux_nice"])
                 captures.append(p)
+            mon = start_monitor(ec, procs, captures)
+            mon.t_from = start_at
             for j in rs.jobs:
                 spec_path = out / "specs" / f"{j.name}.json"
                 write_job_spec(j, rs.cluster, emu, spec_path, port_base=ports[j.name],
@@ -217,12 +258,15 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
             deadline = start_at + 3 * expected_duration(rs) + 60
             hook = events_hook or FaultInjector(sc, info)
             failures = _wait(rs, procs, out, deadline, quiet, ec, hook, start_at)
+            mon.stop()
             info["failures"] = failures
         except BaseException as e:
             info["status"] = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else "failed"
             info["error"] = f"{type(e).__name__}: {e}"
             raise
         finally:
+            if mon is not None:
+                mon.stop()
             for p in captures:
                 if p.poll() is None:
                     p.send_signal(2)
@@ -237,7 +281,13 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
     rows = collect(rs, policy, out, isolated)
     info["status"] = "failed" if info.get("failures") else "ok"
     info["isolated"] = {k: v["isolated_iter_s"] for k, v in rows.items()}
+    info["fidelity"] = fidelity.evaluate(mon, out, isolated_spread(rs, isolated, out))
+    fidelity.annotate_summary(out, info["fidelity"]["verdict"])
+    for r in rows.values():
+        r["fidelity"] = info["fidelity"]["verdict"]
     (out / "run.json").write_text(json.dumps(info, indent=1, default=str))
+    if not quiet and info["fidelity"]["verdict"] != "faithful":
+        _progress(f"fidelity: {info['fidelity']['verdict']}\n")
     return rows
 
 
@@ -303,9 +353,10 @@ def collect(rs: ResolvedScenario, policy: str, out: Path, isolated: str) -> Dict
             for r in log:
                 w.writerow([j.name, r["rank"], r["iteration"]] +
                            [f"{r[k] / ts:.6f}" for k in ("start_s", "compute_s", "comm_s", "end_s")])
-            its = [(r["end_s"] - r["start_s"]) / ts for r in log if r["iteration"] >= WARMUP_ITERATIONS]
-            comm = [r["comm_s"] / ts for r in log if r["iteration"] >= WARMUP_ITERATIONS]
             n_it = len({r["iteration"] for r in log})
+            wu = WARMUP_ITERATIONS if n_it > WARMUP_ITERATIONS else 0     # the one warm-up rule
+            its = [(r["end_s"] - r["start_s"]) / ts for r in log if r["iteration"] >= wu]
+            comm = [r["comm_s"] / ts for r in log if r["iteration"] >= wu]
             mean = float(np.mean(its)) if its else float("nan")
             rows[j.name] = {
                 "job": j.name, "policy": policy, "iterations": n_it,
@@ -360,19 +411,12 @@ def isolated_times(rs: ResolvedScenario, how: str, out: Path) -> Dict[str, float
         return analytical_isolated(rs)
     if how == "none":
         return {}
-    cache = Path(os.environ.get("HARMONICS_CACHE", Path.home() / ".cache" / "harmonics" / "isolated"))
     res = {}
     sc = rs.scenario
     for j in rs.jobs:
         alone = sc.model_copy(update={"jobs": [j.spec.model_copy(update={"arrival_s": 0.0})],
                                       "name": f"{sc.name}-alone-{j.name}"})
-        key = hashlib.sha256(json.dumps({"c": sc.cluster.model_dump(mode="json"),
-                                         "e": sc.emulation.model_dump(mode="json"),
-                                         "j": j.spec.model_dump(mode="json"),
-                                         "p": j.profile.model_dump(mode="json"),
-                                         "w": [(w.host, w.gpu) for w in j.workers]},
-                                        sort_keys=True).encode()).hexdigest()[:16]
-        hit = cache / f"{key}.json"
+        hit = _isolated_cache(rs, j)
         if hit.exists():
             res[j.name] = json.loads(hit.read_text())["mean_iter_s"]
             continue
@@ -381,9 +425,42 @@ def isolated_times(rs: ResolvedScenario, how: str, out: Path) -> Dict[str, float
         r = run_emulation(alone, "fair", sub, isolated="none", capture=["none"], quiet=True)[j.name]
         if not math.isfinite(r["mean_iter_s"]):
             raise RunFailed(f"isolated run of {j.name} failed; see {sub}")
-        cache.mkdir(parents=True, exist_ok=True)
-        hit.write_text(json.dumps({"mean_iter_s": r["mean_iter_s"], "job": j.name, "scenario": sc.name}))
+        hit.parent.mkdir(parents=True, exist_ok=True)
+        cv = fidelity.iteration_cv([x for x in read_worker_log(sub / "logs" / f"{j.name}.csv")
+                                    if x["status"] == "ok"], WARMUP_ITERATIONS)
+        hit.write_text(json.dumps({"mean_iter_s": r["mean_iter_s"], "job": j.name, "scenario": sc.name,
+                                   "iteration_cv": cv if math.isfinite(cv) else None}))
         res[j.name] = r["mean_iter_s"]
+    return res
+
+
+def _isolated_cache(rs: ResolvedScenario, j) -> Path:
+    """The cache file of a job's measured isolated iteration time (per job, cluster, scaling,
+    warm-up and host tuning)."""
+    cache = Path(os.environ.get("HARMONICS_CACHE", Path.home() / ".cache" / "harmonics" / "isolated"))
+    sc = rs.scenario
+    key = hashlib.sha256(json.dumps({"c": sc.cluster.model_dump(mode="json"),
+                                     "e": sc.emulation.model_dump(mode="json"),
+                                     "j": j.spec.model_dump(mode="json"),
+                                     "p": j.profile.model_dump(mode="json"),
+                                     "w": [(w.host, w.gpu) for w in j.workers],
+                                     "wu": WARMUP_ITERATIONS, "t": tuning()},
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    return cache / f"{key}.json"
+
+
+def isolated_spread(rs: ResolvedScenario, how: str, out: Path) -> Dict[str, float]:
+    """Coefficient of variation of each job's isolated iteration times (measured runs only)."""
+    if how != "measured":
+        return {}
+    res = {}
+    for j in rs.jobs:
+        try:
+            cv = json.loads(_isolated_cache(rs, j).read_text()).get("iteration_cv")
+        except (OSError, ValueError):
+            continue
+        if cv is not None:
+            res[j.name] = float(cv)
     return res
 
 
@@ -394,6 +471,9 @@ def print_summary(rows: Dict[str, dict], out: Path) -> None:
         print(f"{r['job']:<12} {r['policy']:<10} {r['iterations']:>5} {r['mean_iter_s']:12.4f} "
               f"{r['p99_iter_s']:11.4f} {r['mean_comm_s']:9.4f} {r['jct_s']:9.3f} "
               f"{r['slowdown_vs_isolated']:9.3f}")
+    verdict = next((r["fidelity"] for r in rows.values() if r.get("fidelity")), None)
+    if verdict:
+        print(f"fidelity: {verdict}")
     print(f"results in {out}")
 
 

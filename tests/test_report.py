@@ -297,7 +297,7 @@ def test_compare_on_the_simulator(tmp_path):
     sc = tmp_path / "pair.yaml"
     sc.write_text((REPO / "scenarios" / "pair-shared-spine.yaml").read_text()
                   .replace("backend: emulation", "backend: simulation")
-                  .replace("iterations: 15", "iterations: 5"))
+                  .replace("iterations: 55", "iterations: 5"))
     out = tmp_path / "cmp"
     r = run_cli("analysis", "compare", str(sc), "--policies", "fair,harmonics", "--out", str(out),
                 timeout=120)

@@ -1,0 +1,445 @@
+"""The fidelity monitor: did this emulated run behave like the cluster it stands for?
+
+Two cores forward every packet of the emulated cluster (Open vSwitch's userspace datapath),
+run every worker, the controller and the captures.  When they fall behind, links run below
+their rate, timers fire late and iteration times stretch for reasons the real cluster does
+not have.  The monitor measures that on every run (in the spirit of Mininet-HiFi's
+monitors) and gives the run a verdict, ``faithful`` or ``suspect: <reasons>``.
+
+During the run (``Monitor``, a thread of the runner, one sample every ``SAMPLE_S``):
+  * /proc/stat: the share of the two cores left idle (headroom) in every interval;
+  * ``tc -s -j qdisc show`` (one call per sample): bytes sent and backlog of the egress
+    qdisc of every shaped switch port (host links, uplinks, spine downlinks) and of each
+    priority class's leaf queue on the shared links;
+  * /proc/PID/stat: CPU seconds per role (Open vSwitch, controller, tcpdump, workers).
+
+After the run (``evaluate``):
+  * link rate: over the intervals in which a link's queue was backlogged at both ends
+    (saturated), bytes sent / time against its configured rate;
+  * class shares: over the intervals in which two or more classes of a link were
+    backlogged, the share the highest of them got against what htb promises it
+    (the link less the others' guarantees);
+  * retransmissions: wire bytes that were not new sequence space, from the captures;
+  * isolated runs: the spread (coefficient of variation) of the isolated iteration times;
+  * phase error: summary.csv's ``phase_error`` (mean |measured - decided offset| as a fraction
+    of the period; docs/phase-control.md).
+
+Thresholds (``THRESHOLDS``) are stated in run.json with the figures.  A check without data
+(no saturated interval, no competing classes, no captures) is ``n/a`` and does not count.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+import numpy as np
+
+SAMPLE_S = 0.1
+THRESHOLDS = {
+    # CPU: the median interval keeps this share of both cores idle ...
+    "cpu_headroom_median_min": 0.10,
+    # ... and no more than this share of the intervals has less than 5% idle
+    "cpu_starved_share_max": 0.20,
+    "cpu_starved_below": 0.05,
+    # Open vSwitch's threads wait for a core at most this long per second of CPU they get
+    "ovs_wait_per_cpu_s_max": 0.5,
+    # a saturated link carries at least this share of its rate (and not far above it)
+    "link_rate_min": 0.90,
+    "link_rate_max": 1.05,
+    "link_saturated_min_s": 2.0,      # saturated time a link (or all, summed) needs to be judged
+    # the highest competing class gets at least its promised share less this
+    "class_share_tolerance": 0.10,
+    "class_competing_min_s": 1.0,
+    "retransmit_max": 0.02,           # retransmitted share of the wire bytes on a link
+    "isolated_cv_max": 0.10,          # spread of an isolated job's iteration times
+    "phase_error_max": 0.25,          # mean |phase error|, fraction of the period: a quarter
+                                      # period off on average is a decision that did not hold
+}
+CLASS_GUARANTEE = 0.02                # emulation/qos.py GUARANTEE_FRACTION
+
+
+def read_cpu() -> tuple:
+    """(idle ticks, total ticks) of all cores from /proc/stat."""
+    with open("/proc/stat") as f:
+        parts = f.readline().split()
+    vals = [int(x) for x in parts[1:9]]          # user nice system idle iowait irq softirq steal
+    return vals[3] + vals[4], sum(vals)
+
+
+def proc_ticks(pid: int) -> Optional[int]:
+    """utime + stime of a process (clock ticks), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except OSError:
+        return None
+    fields = s[s.rfind(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def proc_sched(pid: int) -> Optional[tuple]:
+    """(ns on a CPU, ns waiting for one) summed over a process's threads (/proc/PID/task/*/schedstat)."""
+    run = wait = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                a, b, _ = f.read().split()
+        except (OSError, ValueError):
+            continue
+        run += int(a)
+        wait += int(b)
+    return run, wait
+
+
+def read_psi() -> Optional[int]:
+    """Microseconds during which some task waited for a CPU (/proc/pressure/cpu), None without PSI."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return int(f.readline().rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def qdisc_stats(devs: Iterable[str]) -> Dict[str, dict]:
+    """Per interface: root qdisc bytes, its backlog (bytes) and per class leaf (qos tree:
+    the pfifo under class 1:1k) bytes and backlog."""
+    want = set(devs)
+    try:
+        r = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, timeout=5)
+        data = json.loads(r.stdout or "[]")
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return {}
+    out: Dict[str, dict] = {}
+    for q in data:
+        dev = q.get("dev")
+        if dev not in want:
+            continue
+        d = out.setdefault(dev, {"bytes": 0, "backlog": 0, "child_backlog": 0, "classes": {}})
+        if q.get("root"):
+            d["bytes"] = int(q.get("bytes", 0))
+            d["backlog"] = int(q.get("backlog", 0))
+        else:
+            d["child_backlog"] += int(q.get("backlog", 0))
+            parent = str(q.get("parent", ""))
+            if parent.startswith("1:"):
+                try:
+                    k = int(parent[2:], 16) - 0x10
+                except ValueError:
+                    continue
+                if k >= 0:
+                    d["classes"][k] = (int(q.get("bytes", 0)), int(q.get("backlog", 0)))
+    for d in out.values():
+        d["backlog"] = max(d["backlog"], d.pop("child_backlog"))
+    return out
+
+
+class Monitor:
+    """Samples CPU, shaped links and per-role CPU in a thread between start() and stop().
+
+    ``links``: interface -> (link id, configured Mbit/s); ``roles``: role -> callable
+    returning the PIDs of that role now (looked up at every sample: workers come and go)."""
+
+    def __init__(self, links: Dict[str, tuple], roles: Optional[Dict[str, callable]] = None,
+                 period: float = SAMPLE_S):
+        self.links = dict(links)
+        self.roles = roles or {}
+        self.period = period
+        self.samples: List[dict] = []
+        self.ticks: Dict[str, Dict[int, list]] = {r: {} for r in self.roles}
+        self.sched: Dict[str, Dict[int, list]] = {r: {} for r in self.roles}
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.t_start = self.t_stop = None
+        self.t_from = 0.0          # CPU figures count samples from this time on (the jobs' start)
+
+    def start(self) -> "Monitor":
+        self.t_start = time.time()
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="fidelity-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=10)
+            self._thread = None
+            self._sample()
+        self.t_stop = time.time()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            self._sample()
+
+    def _sample(self) -> None:
+        t = time.time()
+        idle, total = read_cpu()
+        q = qdisc_stats(self.links)
+        for role, pids_of in self.roles.items():
+            try:
+                pids = list(pids_of())
+            except Exception:       # noqa: BLE001 - a role that cannot be listed now is skipped
+                continue
+            seen, sch = self.ticks[role], self.sched[role]
+            for pid in pids:
+                v = proc_ticks(pid)
+                if v is not None:
+                    seen.setdefault(pid, [v, v])[1] = v
+                w = proc_sched(pid) if t >= self.t_from else None
+                if w is not None:
+                    sch.setdefault(pid, [w, w])[1] = w
+        self.samples.append({"t": t, "idle": idle, "total": total, "q": q, "psi": read_psi()})
+
+    # ------------------------------------------------------------- figures
+    def cpu_figures(self) -> dict:
+        s = [x for x in self.samples if x["t"] >= self.t_from - self.period]
+        if len(s) < 3:
+            return {}
+        head = []
+        for a, b in zip(s, s[1:]):
+            dt = b["total"] - a["total"]
+            if dt > 0:
+                head.append((b["idle"] - a["idle"]) / dt)
+        if not head:
+            return {}
+        h = np.array(head)
+        hz = os.sysconf("SC_CLK_TCK")
+        wall = max(1e-9, s[-1]["t"] - s[0]["t"])
+        roles = {r: round(sum(b - a for a, b in seen.values()) / hz / wall, 3)
+                 for r, seen in self.ticks.items()}
+        # run-queue wait: how long a role's threads were runnable but had no CPU, per second
+        # of CPU they got (the delay the 2 cores added to forwarding and to the workers)
+        wait = {}
+        for r, seen in self.sched.items():
+            ran = sum(b[0] - a[0] for a, b in seen.values())
+            waited = sum(b[1] - a[1] for a, b in seen.values())
+            if ran > 0:
+                wait[r] = round(waited / ran, 4)
+        psi = [x["psi"] for x in s if x["psi"] is not None]
+        pressure = round((psi[-1] - psi[0]) / 1e6 / wall, 4) if len(psi) >= 2 else None
+        return {"wait_per_cpu_s": wait, "cpu_pressure_some": pressure,"samples": len(h), "headroom_mean": round(float(h.mean()), 4),
+                "headroom_median": round(float(np.median(h)), 4),
+                "headroom_p10": round(float(np.percentile(h, 10)), 4),
+                "starved_share": round(float((h < THRESHOLDS["cpu_starved_below"]).mean()), 4),
+                "cores_used_by_role": roles, "cores": os.cpu_count()}
+
+    def link_figures(self) -> Dict[str, dict]:
+        """Per link: saturated seconds, achieved / configured rate, drops are in tc."""
+        out = {}
+        for dev, (lid, mbps) in self.links.items():
+            sat_s = sat_bytes = 0.0
+            comp_s = comp_top = comp_all = comp_expect = 0.0
+            for a, b in zip(self.samples, self.samples[1:]):
+                qa, qb = a["q"].get(dev), b["q"].get(dev)
+                if not qa or not qb:
+                    continue
+                dt = b["t"] - a["t"]
+                if qa["backlog"] > 0 and qb["backlog"] > 0 and qb["bytes"] >= qa["bytes"]:
+                    sat_s += dt
+                    sat_bytes += qb["bytes"] - qa["bytes"]
+                busy = sorted(k for k in qb["classes"] if k in qa["classes"]
+                              and qa["classes"][k][1] > 0 and qb["classes"][k][1] > 0)
+                if len(busy) >= 2:
+                    sent = {k: qb["classes"][k][0] - qa["classes"][k][0] for k in qb["classes"]
+                            if k in qa["classes"]}
+                    tot = sum(v for v in sent.values() if v > 0)
+                    if tot > 0:
+                        comp_s += dt
+                        comp_top += max(0, sent[busy[0]])
+                        comp_all += tot
+                        comp_expect += (1.0 - CLASS_GUARANTEE * (len(busy) - 1)) * tot
+            rec = {"link": lid, "mbps": mbps, "saturated_s": round(sat_s, 2)}
+            if sat_s > 0:
+                rec["achieved_ratio"] = round(sat_bytes * 8 / sat_s / 1e6 / mbps, 4)
+            if comp_s > 0:
+                rec["competing_s"] = round(comp_s, 2)
+                rec["top_class_share"] = round(comp_top / comp_all, 4)
+                rec["top_class_expected"] = round(comp_expect / comp_all, 4)
+            out[dev] = rec
+        return out
+
+
+def retransmissions(run_dir: Path) -> Dict[str, float]:
+    """Per capture: retransmitted share of the payload bytes on the wire."""
+    caps = sorted((run_dir / "captures").glob("*.pcap"))
+    if not caps:
+        return {}
+    from .pcap import PcapError, analyze_pcap
+    out = {}
+    for p in caps:
+        try:
+            an = analyze_pcap(p, run_dir / "specs")
+        except PcapError:
+            continue
+        wire = sum(j.bytes for j in an.jobs.values())
+        uniq = sum(j.unique_bytes for j in an.jobs.values())
+        if wire > 0:
+            out[p.stem] = round((wire - uniq) / wire, 5)
+    return out
+
+
+def iteration_cv(rows: List[dict], warmup: int) -> float:
+    """Coefficient of variation of a job's iteration times (per iteration: the mean over its
+    ranks) after the warm-up; ``rows`` are worker-log rows in emulated seconds."""
+    by: Dict[int, list] = {}
+    for r in rows:
+        if r["iteration"] >= warmup:
+            by.setdefault(r["iteration"], []).append(r["end_s"] - r["start_s"])
+    its = np.array([np.mean(v) for v in by.values()])
+    if len(its) < 2 or its.mean() <= 0:
+        return math.nan
+    return float(its.std(ddof=1) / its.mean())
+
+
+def _phase_errors(run_dir: Path) -> Dict[str, float]:
+    """|phase_error| per job from summary.csv, when phase control wrote it (already a fraction
+    of the job's period: docs/phase-control.md)."""
+    try:
+        with open(run_dir / "summary.csv") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return {}
+    out = {}
+    for r in rows:
+        try:
+            pe = float(r.get("phase_error") or "nan")
+        except ValueError:
+            continue
+        if math.isfinite(pe):
+            out[r["job"]] = round(abs(pe), 4)
+    return out
+
+
+def evaluate(mon: Optional[Monitor], run_dir: Path, isolated_cv: Optional[Dict[str, float]] = None) -> dict:
+    """The verdict and its figures (what run.json's "fidelity" holds)."""
+    th = THRESHOLDS
+    reasons: List[str] = []
+    fig: dict = {}
+    checks: Dict[str, str] = {}
+    cpu = mon.cpu_figures() if mon is not None else {}
+    fig["cpu"] = cpu
+    if cpu:
+        bad = (cpu["headroom_median"] < th["cpu_headroom_median_min"]
+               or cpu["starved_share"] > th["cpu_starved_share_max"])
+        ovs_wait = cpu.get("wait_per_cpu_s", {}).get("ovs-vswitchd")
+        bad_ovs = ovs_wait is not None and ovs_wait > th["ovs_wait_per_cpu_s_max"]
+        checks["cpu"] = "suspect" if bad or bad_ovs else "ok"
+        if bad_ovs:
+            reasons.append(f"Open vSwitch waited {ovs_wait:.2f} s for a core per CPU second "
+                           f"(max {th['ovs_wait_per_cpu_s_max']:g})")
+        if bad:
+            reasons.append(f"CPU headroom median {100 * cpu['headroom_median']:.0f}% (min "
+                           f"{100 * th['cpu_headroom_median_min']:.0f}%), under "
+                           f"{100 * th['cpu_starved_below']:.0f}% idle {100 * cpu['starved_share']:.0f}% "
+                           f"of the time (max {100 * th['cpu_starved_share_max']:.0f}%)")
+    else:
+        checks["cpu"] = "n/a"
+    links = mon.link_figures() if mon is not None else {}
+    fig["links"] = list(links.values())
+    judged = [l for l in links.values() if l["saturated_s"] >= th["link_saturated_min_s"]
+              and "achieved_ratio" in l]
+    slow = [l for l in judged if not th["link_rate_min"] <= l["achieved_ratio"] <= th["link_rate_max"]]
+    checks["link_rate"] = "n/a" if not judged else "suspect" if slow else "ok"
+    if judged:
+        fig["link_rate_min"] = min(l["achieved_ratio"] for l in judged)
+        fig["link_rate_max"] = max(l["achieved_ratio"] for l in judged)
+    # short collectives rarely keep one link busy for long: all links' saturated intervals
+    # together (bytes over capacity x time) are judged as one figure too
+    sat = [l for l in links.values() if "achieved_ratio" in l]
+    cap = sum(l["saturated_s"] * l["mbps"] for l in sat)
+    tot_s = sum(l["saturated_s"] for l in sat)
+    if cap > 0:
+        fig["link_rate_all"] = round(sum(l["achieved_ratio"] * l["saturated_s"] * l["mbps"] for l in sat) / cap, 4)
+        fig["link_saturated_s_all"] = round(tot_s, 2)
+        if tot_s >= th["link_saturated_min_s"]:
+            ok_all = th["link_rate_min"] <= fig["link_rate_all"] <= th["link_rate_max"]
+            if checks["link_rate"] == "n/a":
+                checks["link_rate"] = "ok" if ok_all else "suspect"
+            if not ok_all and not slow:
+                checks["link_rate"] = "suspect"
+                reasons.append(f"saturated links ran at {100 * fig['link_rate_all']:.0f}% of their rate "
+                               f"overall ({tot_s:.1f} link-seconds; allowed {100 * th['link_rate_min']:.0f}-"
+                               f"{100 * th['link_rate_max']:.0f}%)")
+    if slow:
+        w = max(slow, key=lambda l: abs(l["achieved_ratio"] - 1.0))
+        reasons.append(f"{len(slow)} saturated link(s) off their rate, e.g. {w['link']} at "
+                       f"{100 * w['achieved_ratio']:.0f}% (allowed {100 * th['link_rate_min']:.0f}-"
+                       f"{100 * th['link_rate_max']:.0f}%)")
+    comp = [l for l in links.values() if l.get("competing_s", 0) >= th["class_competing_min_s"]]
+    bad_c = [l for l in comp if l["top_class_share"] < l["top_class_expected"] - th["class_share_tolerance"]]
+    checks["class_share"] = "n/a" if not comp else "suspect" if bad_c else "ok"
+    if comp:
+        fig["class_share_worst"] = min(l["top_class_share"] - l["top_class_expected"] for l in comp)
+    if bad_c:
+        w = bad_c[0]
+        reasons.append(f"higher class got {100 * w['top_class_share']:.0f}% of {w['link']} when classes "
+                       f"competed (promised {100 * w['top_class_expected']:.0f}%)")
+    rtx = retransmissions(run_dir)
+    fig["retransmit"] = rtx
+    worst = max(rtx.values(), default=None)
+    checks["retransmit"] = "n/a" if worst is None else "suspect" if worst > th["retransmit_max"] else "ok"
+    if worst is not None and worst > th["retransmit_max"]:
+        lk = max(rtx, key=rtx.get)
+        reasons.append(f"{100 * worst:.1f}% of the bytes on {lk} were retransmissions "
+                       f"(max {100 * th['retransmit_max']:.0f}%)")
+    iso = {k: round(v, 4) for k, v in (isolated_cv or {}).items() if v is not None and math.isfinite(v)}
+    fig["isolated_cv"] = iso
+    bad_i = {k: v for k, v in iso.items() if v > th["isolated_cv_max"]}
+    checks["isolated_spread"] = "n/a" if not iso else "suspect" if bad_i else "ok"
+    if bad_i:
+        k = max(bad_i, key=bad_i.get)
+        reasons.append(f"{k}'s isolated iteration times spread {100 * bad_i[k]:.0f}% "
+                       f"(max {100 * th['isolated_cv_max']:.0f}%)")
+    pe = _phase_errors(run_dir)
+    fig["phase_error"] = pe
+    bad_p = {k: v for k, v in pe.items() if v > th["phase_error_max"]}
+    checks["phase_error"] = "n/a" if not pe else "suspect" if bad_p else "ok"
+    if bad_p:
+        k = max(bad_p, key=bad_p.get)
+        reasons.append(f"{k}'s phase error {100 * bad_p[k]:.0f}% of its period "
+                       f"(max {100 * th['phase_error_max']:.0f}%)")
+    verdict = "faithful" if not reasons else "suspect: " + "; ".join(reasons)
+    return {"verdict": verdict, "checks": checks, "figures": fig, "thresholds": dict(th)}
+
+
+def annotate_summary(run_dir: Path, verdict: str) -> None:
+    """Add (or replace) the ``fidelity`` column of summary.csv, keeping its other columns."""
+    path = run_dir / "summary.csv"
+    if not path.exists():
+        return
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    hdr = rows[0]
+    if "fidelity" in hdr:
+        i = hdr.index("fidelity")
+        body = [r[:i] + r[i + 1:] for r in rows[1:]]
+        hdr = hdr[:i] + hdr[i + 1:]
+    else:
+        body = rows[1:]
+    tmp = path.with_name(".summary.csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(hdr + ["fidelity"])
+        for r in body:
+            w.writerow(r + [verdict])
+    os.replace(tmp, path)
+
+
+def short(verdict: Optional[str]) -> str:
+    """'faithful', 'suspect' or '?' (for tables)."""
+    if not verdict:
+        return "?"
+    return "suspect" if verdict.startswith("suspect") else verdict

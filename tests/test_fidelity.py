@@ -1,0 +1,127 @@
+"""The fidelity monitor: a run made unfaithful on purpose (busy loops on both cores beside it)
+is called suspect, with the CPU as the reason; the verdict reaches run.json, summary.csv,
+the report and the repeated-runs table."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from analysis.repeats import aggregate
+from analysis.report import generate_report
+from emulation import fidelity
+from emulation.runner import run_emulation
+from workloads.scenario import load_scenario
+
+from conftest import REPO
+
+PAIR = REPO / "scenarios" / "pair-shared-spine.yaml"
+HOG = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def _hogs():
+    """One busy loop pinned on each core (at the same priority as everything else)."""
+    return [subprocess.Popen([sys.executable, "-c", HOG, str(c)]) for c in sorted(os.sched_getaffinity(0))]
+
+
+def _stop(procs):
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def _csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def hogged_run(emulation_ready, tmp_path_factory):
+    d = tmp_path_factory.mktemp("hog")
+    sc = load_scenario(PAIR)
+    sc = sc.model_copy(update={"jobs": [j.model_copy(update={"iterations": 12}) for j in sc.jobs]})
+    hogs = _hogs()
+    try:
+        run_emulation(sc, "fair", d / "fair", isolated="analytical", quiet=True)
+    finally:
+        _stop(hogs)
+    return d
+
+
+def test_a_cpu_hog_makes_the_run_suspect(hogged_run):
+    info = json.loads((hogged_run / "fair" / "run.json").read_text())
+    fid = info["fidelity"]
+    assert fid["verdict"].startswith("suspect: "), fid["verdict"]
+    assert fid["checks"]["cpu"] == "suspect"
+    assert "CPU headroom" in fid["verdict"] or "Open vSwitch waited" in fid["verdict"]
+    cpu = fid["figures"]["cpu"]
+    # both cores were busy: the median sampling interval left (almost) nothing idle
+    assert cpu["headroom_median"] < fid["thresholds"]["cpu_headroom_median_min"], cpu
+    assert cpu["samples"] > 10
+    assert set(cpu["cores_used_by_role"]) >= {"ovs-vswitchd", "workers", "controller", "tcpdump"}
+    # the other figures are there too: the captured uplinks' retransmissions, every shaped link
+    assert set(fid["figures"]["retransmit"]) == {"tor0-sp0", "tor1-sp0"}
+    assert {l["link"] for l in fid["figures"]["links"]} >= {"tor0>sp0", "sp0>tor1", "tor0>r0h0"}
+    assert info["warmup_iterations"] == 5
+
+
+def test_the_verdict_reaches_summary_and_report(hogged_run):
+    verdict = json.loads((hogged_run / "fair" / "run.json").read_text())["fidelity"]["verdict"]
+    rows = _csv(hogged_run / "fair" / "summary.csv")
+    assert [r["fidelity"] for r in rows] == [verdict, verdict]
+    assert rows[0]["mean_iter_s"]                       # the other columns are kept
+    rep = generate_report(hogged_run, plots=False)
+    head = rep.markdown.split("## Policies")[0]
+    assert "SUSPECT" in head and verdict in head
+    assert _csv(hogged_run / "comparison.csv")[0]["fidelity"] == verdict
+
+
+def test_monitor_sees_a_hog_on_this_machine():
+    """The monitor alone (no cluster): CPU headroom and the run-queue wait of a process."""
+    mon = fidelity.Monitor({}, {"me": lambda: [os.getpid()]}, period=0.05).start()
+    hogs = _hogs()
+    try:
+        t = time.time()
+        while time.time() - t < 1.5:
+            sum(range(10000))                 # this process competes with the hogs
+    finally:
+        mon.stop()
+        _stop(hogs)
+    cpu = mon.cpu_figures()
+    assert cpu["headroom_median"] < fidelity.THRESHOLDS["cpu_headroom_median_min"], cpu
+    assert cpu["wait_per_cpu_s"]["me"] > 0
+
+
+def test_phase_error_and_summary_columns(tmp_path):
+    """summary.csv as phase control writes it (phase_error, corrections): kept, judged, annotated."""
+    (tmp_path / "summary.csv").write_text(
+        "job,policy,iterations,mean_iter_s,phase_error,corrections\n"
+        "jobA,harmonics,55,0.050,nan,3\njobB,harmonics,55,0.050,0.31,9\n")
+    res = fidelity.evaluate(None, tmp_path)
+    assert res["checks"]["phase_error"] == "suspect"
+    assert res["figures"]["phase_error"] == {"jobB": 0.31}
+    assert "jobB's phase error 31% of its period" in res["verdict"]
+    fidelity.annotate_summary(tmp_path, res["verdict"])
+    fidelity.annotate_summary(tmp_path, "faithful")          # replaced, not appended twice
+    rows = _csv(tmp_path / "summary.csv")
+    assert list(rows[0]) == ["job", "policy", "iterations", "mean_iter_s", "phase_error",
+                             "corrections", "fidelity"]
+    assert [r["fidelity"] for r in rows] == ["faithful", "faithful"]
+    assert rows[1]["corrections"] == "9"
+
+
+def test_repeats_table_shows_each_policys_verdicts(tmp_path):
+    cols = "policy,status,mean_iter_s,mean_iter_vs_fair,fidelity\n"
+    (tmp_path / "repeats.json").write_text(json.dumps({"scenario": "s", "runs": 2}))
+    for k, (vf, vc) in enumerate([("faithful", "faithful"), ("faithful", "suspect: CPU headroom median 0%")], 1):
+        (tmp_path / f"run{k}").mkdir()
+        (tmp_path / f"run{k}" / "comparison.csv").write_text(
+            cols + f"fair,ok,0.05,1,{vf}\ncrux,ok,0.04,0.8,{vc}\n")
+    res = aggregate(tmp_path, plots=False)
+    md = res["markdown"]
+    assert any(l.startswith("| policy") and l.rstrip().endswith("| fidelity |") for l in md.splitlines())
+    assert "2/2 faithful" in md and "1/2 faithful (run2 suspect)" in md
+    assert "crux run2: suspect: CPU headroom median 0%" in md
