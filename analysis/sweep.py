@@ -256,12 +256,25 @@ def receive(rec: dict, out: Path) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.recv-", dir=out.parent))
     try:
         with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tf:
-            tf.extractall(tmp, filter="data")
+            _extract(tf, tmp)
         replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return rec
+
+
+def _extract(tf: tarfile.TarFile, dest: Path) -> None:
+    """Unpack a run's directory: plain files and directories inside ``dest`` only."""
+    if hasattr(tarfile, "data_filter"):              # Python >= 3.11.4
+        tf.extractall(dest, filter="data")
+        return
+    root = dest.resolve()
+    for m in tf.getmembers():
+        target = (dest / m.name).resolve()
+        if not (m.isfile() or m.isdir()) or (target != root and root not in target.parents):
+            raise ValueError(f"refusing to unpack {m.name!r} from a run's archive")
+    tf.extractall(dest)
 
 
 def record_failure(out: Path, job: dict, err: BaseException) -> dict:
@@ -415,8 +428,10 @@ def run_sweep(path, address: Optional[str] = None, resume: bool = False,
         return 2
     cmd = "python -m analysis sweep " + " ".join(shlex.quote(a) for a in (argv or [str(path)]))
     prev = signal.getsignal(signal.SIGINT)
+    prev_term = signal.getsignal(signal.SIGTERM)
     if prev is signal.SIG_IGN:               # started in the background: Ctrl-C still stops it
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _as_interrupt)      # kill: the same clean stop as Ctrl-C
     try:
         ray = start_ray(address)
     except SweepRunError as e:
@@ -455,6 +470,7 @@ def run_sweep(path, address: Optional[str] = None, resume: bool = False,
         ray.shutdown()
         remove_partials(d)
         signal.signal(signal.SIGINT, prev if prev is not None else signal.default_int_handler)
+        signal.signal(signal.SIGTERM, prev_term if prev_term is not None else signal.SIG_DFL)
     from .sweep_report import aggregate_sweep, summary_text
     res = aggregate_sweep(d, plots=plots)
     print(summary_text(res))
@@ -462,6 +478,10 @@ def run_sweep(path, address: Optional[str] = None, resume: bool = False,
         print(f"interrupted: finished runs kept in {d}; continue with --resume", file=sys.stderr)
         return 130
     return 1 if res["failed"] else 0
+
+
+def _as_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _load_info(d: Path) -> dict:

@@ -288,8 +288,25 @@ def _validate(path: Path, text: str, data: dict) -> SweepSpec:
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as e:
-        loc = [x for x in e.errors()[0]["loc"] if not str(x).startswith("function-")]
-        raise _err(path, text, loc, _format_error(e)) from None
+        first = _first_error(e)
+        loc = [x for x in first.errors()[0]["loc"] if not str(x).startswith("function-")]
+        raise _err(path, text, loc, _format_error(first)) from None
+
+
+class _OneError:
+    """The error to report first (shaped like a ValidationError for _format_error)."""
+
+    def __init__(self, err: dict):
+        self.err = err
+
+    def errors(self):
+        return [self.err]
+
+
+def _first_error(e: ValidationError) -> _OneError:
+    """An unknown key (a misspelt field) explains more than the 'Field required' it causes."""
+    errs = e.errors()
+    return _OneError(next((x for x in errs if x["type"] == "extra_forbidden"), errs[0]))
 
 
 def _base_dict(sw: SweepSpec, path: Path, text: str) -> Tuple[str, dict, str]:
