@@ -432,52 +432,64 @@ def run_sweep(path, address: Optional[str] = None, resume: bool = False,
     if prev is signal.SIG_IGN:               # started in the background: Ctrl-C still stops it
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _as_interrupt)      # kill: the same clean stop as Ctrl-C
+    ray, info, done = None, None, True
     try:
         ray = start_ray(address)
-    except SweepRunError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    done = True
-    try:
-        try:
-            _check_resources(ray, sw)
-        except SweepRunError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        _check_resources(ray, sw)
         d.mkdir(parents=True, exist_ok=True)
         todo, skipped = _jobs(sw, d, ray.get_runtime_context().get_node_id())
-        info = _load_info(d)
-        inv = {"command": cmd, "address": address or "local", "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-               "resume": resume, "skipped": skipped, "ran": [],
-               "cpus": ray.cluster_resources().get("CPU"), "nodes": len(ray.nodes())}
-        info.setdefault("invocations", []).append(inv)
-        info.update(sweep=sw.name, file=str(sw.path), backend=sw.backend, kind=sw.kind,
-                    axes=sw.axis_names, policies=list(sw.spec.policies), metrics=list(sw.spec.metrics),
-                    seeds=list(sw.spec.seeds), options=sw.options, description=sw.spec.description,
-                    cells=[{"id": c.id, "labels": [[n, v] for n, v in c.labels], "seed": c.seed}
-                           for c in sw.cells])
-        _save_info(d, info)
+        info = _start_info(d, sw, cmd, address, resume, skipped, ray)
         shutil.copyfile(sw.path, d / "sweep.yaml")
-        t0 = time.time()
-        try:
-            done = execute(ray, sw, d, todo, skipped, max_parallel, plots, info)
-        finally:
-            inv["wall_s"] = round(time.time() - t0, 2)
+        done = execute(ray, sw, d, todo, skipped, max_parallel, plots, info)
+    except SweepRunError as e:               # before anything was written
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        done = False
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if info is not None:
+            inv = info["invocations"][-1]
+            inv["wall_s"] = round(time.time() - inv.pop("t0"), 2)
             inv["status"] = "finished" if done else "interrupted"
             inv["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
             _save_info(d, info)
-    finally:
-        ray.shutdown()
+        if ray is not None:
+            ray.shutdown()
         remove_partials(d)
         signal.signal(signal.SIGINT, prev if prev is not None else signal.default_int_handler)
         signal.signal(signal.SIGTERM, prev_term if prev_term is not None else signal.SIG_DFL)
+    if info is None:
+        print("interrupted before the sweep started", file=sys.stderr)
+        return 130
     from .sweep_report import aggregate_sweep, summary_text
-    res = aggregate_sweep(d, plots=plots)
+    try:
+        res = aggregate_sweep(d, plots=plots)
+    except KeyboardInterrupt:
+        print(f"interrupted; the runs are in {d} (python -m analysis sweep ... --resume "
+              "aggregates them again)", file=sys.stderr)
+        return 130
     print(summary_text(res))
     if not done:
         print(f"interrupted: finished runs kept in {d}; continue with --resume", file=sys.stderr)
         return 130
     return 1 if res["failed"] else 0
+
+
+def _start_info(d: Path, sw: Sweep, cmd: str, address, resume: bool, skipped: int, ray) -> dict:
+    """sweep.json: the grid as it is now, and this invocation appended to the earlier ones."""
+    info = _load_info(d)
+    info.setdefault("invocations", []).append({
+        "command": cmd, "address": address or "local", "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "t0": time.time(), "resume": resume, "skipped": skipped, "ran": [],
+        "cpus": ray.cluster_resources().get("CPU"), "nodes": len(ray.nodes())})
+    info.update(sweep=sw.name, file=str(sw.path), backend=sw.backend, kind=sw.kind,
+                axes=sw.axis_names, policies=list(sw.spec.policies), metrics=list(sw.spec.metrics),
+                seeds=list(sw.spec.seeds), options=sw.options, description=sw.spec.description,
+                cells=[{"id": c.id, "labels": [[n, v] for n, v in c.labels], "seed": c.seed}
+                       for c in sw.cells])
+    _save_info(d, info)
+    return info
 
 
 def _as_interrupt(signum, frame):

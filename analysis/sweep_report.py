@@ -11,7 +11,8 @@
                     per combination of the other axes
 
 Statistics are those of repeated comparisons (analysis.repeats.ci95): Student's t interval
-over the seeds of the runs that completed.  A ratio's interval that excludes 1 is marked "*".
+over the seeds, counting the runs whose status is ok (a partial run, e.g. one with unfinished
+jobs, is in sweep.csv but not in the means; a ratio needs fair's run of the cell to be ok).  A ratio's interval that excludes 1 is marked "*".
 """
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def collect(d: Path, info: dict) -> List[dict]:
         vals = {}
         if (cd / "comparison.csv").is_file():
             vals = {r["policy"]: r for r in _read_csv(cd / "comparison.csv")}
-        fair_ok = (recs.get("fair") or {}).get("status") in COMPLETE
+        fair_ok = (recs.get("fair") or {}).get("status") == "ok"
         for p in pols:
             rec = recs[p] or {"status": "not run"}
             row = {"cell": cell["id"], **{a: v for a, v in cell["labels"]}, "seed": cell["seed"],
@@ -103,6 +104,8 @@ def group_stats(rows: List[dict], info: dict) -> Dict[Tuple, dict]:
     axes = info["axes"]
     samples: Dict[Tuple, List[float]] = {}
     for r in rows:
+        if r["status"] != "ok":           # as for repeated comparisons: only runs that are ok count
+            continue
         point = tuple(r[a] for a in axes)
         for m in info["metrics"]:
             for col in (m, f"{m}_vs_fair"):
