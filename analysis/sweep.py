@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN_RECORD = "sweep_run.json"
 SWEEP_JSON = "sweep.json"
 COMPLETE = ("ok", "partial")
+RETRIES = 3                  # re-runs of a run whose worker or node Ray lost
 
 
 class SweepRunError(ValueError):
@@ -93,7 +94,10 @@ def run_task(job: dict, tracker=None) -> dict:
     node = _node()
     key = f"{job['cell']}/{job['policy']}"
     if tracker is not None:
-        tracker.start.remote(key, node["node_id"])
+        try:
+            tracker.start.remote(key, node["node_id"])
+        except Exception:                   # noqa: BLE001 - progress only
+            pass
     local = node["node_id"] == job["driver_node"]
     out = Path(job["out"])
     if local:
@@ -301,15 +305,24 @@ def start_ray(address: Optional[str]):
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}}
     kw = dict(log_to_driver=False, logging_level=logging.ERROR, runtime_env=env)
+    asked = []                      # a Ctrl-C while Ray starts is acted on once it has started,
+    prev = {sig: signal.signal(sig, lambda *_: asked.append(1))      # so that shutdown is whole
+            for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if address:
             ray.init(address=address, **kw)
         else:
             ray.init(address="local", include_dashboard=False, resources={"emulator": 1}, **kw)
+        if asked:
+            ray.shutdown()
+            raise KeyboardInterrupt
     except (ConnectionError, ValueError, RuntimeError) as e:
         msg = " ".join(str(e).split())[:300]
         raise SweepRunError(f"--address {address}: cannot join the Ray cluster ({msg})" if address
                             else f"cannot start Ray ({msg})") from None
+    finally:
+        for sig, h in prev.items():
+            signal.signal(sig, h)
     return ray
 
 
@@ -351,14 +364,25 @@ def _report_line(rec: dict, prog: Progress) -> str:
     return txt
 
 
+def _running(ray, tracker, inflight: Dict[object, dict], last: int) -> int:
+    """How many runs in flight have started (the tracker's count; the last one if it is down)."""
+    try:
+        started = ray.get(tracker.get.remote(), timeout=5)
+    except Exception:                       # noqa: BLE001 - restarting: progress only
+        return last
+    return sum(1 for j in inflight.values() if f"{j['cell']}/{j['policy']}" in started)
+
+
 def execute(ray, sw: Sweep, d: Path, todo: List[dict], skipped: int, max_parallel: Optional[int],
             plots: bool, info: dict) -> bool:
     """Run ``todo`` on Ray; True if it ran to the end, False if interrupted (Ctrl-C)."""
-    opts = {"num_cpus": 1, "max_retries": 0}
+    # a run whose worker Ray lost (killed for memory another process took, a node gone) is
+    # re-run; a run's own errors are caught by the run and recorded, never retried
+    opts = {"num_cpus": 1, "max_retries": RETRIES}
     if sw.backend == "emulation":
         opts["resources"] = {"emulator": 1}
     task = ray.remote(run_task).options(**opts)
-    tracker = ray.remote(num_cpus=0)(Tracker).remote()
+    tracker = ray.remote(num_cpus=0, max_restarts=-1)(Tracker).remote()
     prog = Progress(skipped + len(todo), skipped)
     left = {c.id: set(sw.spec.policies) for c in sw.cells}
     for c in sw.cells:
@@ -389,21 +413,19 @@ def execute(ray, sw: Sweep, d: Path, todo: List[dict], skipped: int, max_paralle
                 prog.done += 1
                 prog.failed += rec.get("status") == "failed"
                 state["ran"].append(f"{job['cell']}/{job['policy']}")
-                started = ray.get(tracker.get.remote())
-                prog.running = sum(1 for j in inflight.values() if f"{j['cell']}/{j['policy']}" in started)
+                prog.running = _running(ray, tracker, inflight, prog.running)
                 prog.log(_report_line(rec, prog))
                 left[job["cell"]].discard(job["policy"])
                 if not left[job["cell"]]:
                     finish_cell(d / "cells" / job["cell"], info, cells[job["cell"]],
                                 plots and sw.spec.cell_plots)
             if not ready and inflight:
-                started = ray.get(tracker.get.remote())
-                prog.running = sum(1 for j in inflight.values() if f"{j['cell']}/{j['policy']}" in started)
+                prog.running = _running(ray, tracker, inflight, prog.running)
             prog.draw()
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)     # clean up whatever a second Ctrl-C says
         prog.finish()
-        sys.stderr.write(f"interrupted: cancelling {len(inflight)} running runs\n")
+        sys.stderr.write(f"interrupted: cancelling the {len(inflight)} runs in flight\n")
         refs = list(inflight)
         for ref in refs:
             ray.cancel(ref)
@@ -432,7 +454,7 @@ def run_sweep(path, address: Optional[str] = None, resume: bool = False,
     if prev is signal.SIG_IGN:               # started in the background: Ctrl-C still stops it
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _as_interrupt)      # kill: the same clean stop as Ctrl-C
-    ray, info, done = None, None, True
+    ray, info, done, crash = None, None, False, None
     try:
         ray = start_ray(address)
         _check_resources(ray, sw)
@@ -446,12 +468,15 @@ def run_sweep(path, address: Optional[str] = None, resume: bool = False,
         return 2
     except KeyboardInterrupt:
         done = False
+    except Exception as e:                   # noqa: BLE001 - Ray itself failed: say so, keep the runs
+        crash = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        print(f"error: the sweep stopped: {crash}", file=sys.stderr)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if info is not None:
             inv = info["invocations"][-1]
             inv["wall_s"] = round(time.time() - inv.pop("t0"), 2)
-            inv["status"] = "finished" if done else "interrupted"
+            inv["status"] = "finished" if done else f"stopped: {crash}" if crash else "interrupted"
             inv["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
             _save_info(d, info)
         if ray is not None:
@@ -460,8 +485,8 @@ def run_sweep(path, address: Optional[str] = None, resume: bool = False,
         signal.signal(signal.SIGINT, prev if prev is not None else signal.default_int_handler)
         signal.signal(signal.SIGTERM, prev_term if prev_term is not None else signal.SIG_DFL)
     if info is None:
-        print("interrupted before the sweep started", file=sys.stderr)
-        return 130
+        print("interrupted before the sweep started" if not crash else "nothing was run", file=sys.stderr)
+        return 1 if crash else 130
     from .sweep_report import aggregate_sweep, summary_text
     try:
         res = aggregate_sweep(d, plots=plots)
@@ -470,6 +495,9 @@ def run_sweep(path, address: Optional[str] = None, resume: bool = False,
               "aggregates them again)", file=sys.stderr)
         return 130
     print(summary_text(res))
+    if crash:
+        print(f"finished runs kept in {d}; continue with --resume", file=sys.stderr)
+        return 1
     if not done:
         print(f"interrupted: finished runs kept in {d}; continue with --resume", file=sys.stderr)
         return 130
