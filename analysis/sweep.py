@@ -151,6 +151,7 @@ def _dur(s: float) -> str:
 
 class Progress:
     """A bar redrawn in place on a terminal; a line per finished run otherwise."""
+    WINDOW = 10
 
     def __init__(self, total: int, skipped: int, stream=None):
         self.total, self.skipped = total, skipped
@@ -158,13 +159,22 @@ class Progress:
         self.tty = self.stream.isatty()
         self.t0 = time.time()
         self.done = self.failed = self.running = 0
+        self.ends: List[float] = []
         self._last = ""
 
     def eta(self) -> str:
-        todo = self.total - self.skipped
+        """From the pace of the last WINDOW completions (runs later in a grid can be longer)."""
+        todo = self.total - self.skipped - self.done
         if not self.done:
             return "?"
-        return _dur((time.time() - self.t0) / self.done * (todo - self.done))
+        ts = [self.t0] + self.ends
+        k = min(self.WINDOW, len(self.ends))
+        return _dur((ts[-1] - ts[-1 - k]) / k * todo)
+
+    def finished_one(self, failed: bool) -> None:
+        self.done += 1
+        self.failed += failed
+        self.ends.append(time.time())
 
     def line(self) -> str:
         n = self.skipped + self.done
@@ -410,8 +420,7 @@ def execute(ray, sw: Sweep, d: Path, todo: List[dict], skipped: int, max_paralle
                     rec = receive(ray.get(ref), out)
                 except Exception as e:                      # noqa: BLE001 - Ray lost the run
                     rec = record_failure(out, job, e)
-                prog.done += 1
-                prog.failed += rec.get("status") == "failed"
+                prog.finished_one(rec.get("status") == "failed")
                 state["ran"].append(f"{job['cell']}/{job['policy']}")
                 prog.running = _running(ray, tracker, inflight, prog.running)
                 prog.log(_report_line(rec, prog))
