@@ -315,6 +315,8 @@ def start_ray(address: Optional[str]):
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}}
     kw = dict(log_to_driver=False, logging_level=logging.ERROR, runtime_env=env)
+    if address:
+        _reachable(address)
     asked = []                      # a Ctrl-C while Ray starts is acted on once it has started,
     prev = {sig: signal.signal(sig, lambda *_: asked.append(1))      # so that shutdown is whole
             for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -334,6 +336,18 @@ def start_ray(address: Optional[str]):
         for sig, h in prev.items():
             signal.signal(sig, h)
     return ray
+
+
+def _reachable(address: str) -> None:
+    """A HOST:PORT that nothing answers on: say so at once (Ray itself retries for minutes)."""
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise SweepRunError(f"--address {address}: no Ray head answers there "
+                            f"({e.strerror or type(e).__name__})") from None
 
 
 def _check_resources(ray, sw: Sweep) -> None:

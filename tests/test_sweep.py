@@ -226,6 +226,19 @@ def test_resume_without_an_earlier_run_and_non_empty_out(tmp_path, capsys, monke
     assert not (tmp_path / "results").exists()
 
 
+def test_an_address_nothing_answers_on_is_one_line(tmp_path, capsys):
+    f = _bad(tmp_path, GOOD)
+    import socket
+    with socket.socket() as s:              # a port that was free a moment ago: nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    assert analysis_main(["sweep", str(f), "--address", f"127.0.0.1:{port}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--address 127.0.0.1:{port}: no Ray head answers there" in err
+    assert not out.exists()
+
+
 def test_scenario_base_overrides_and_virtual_oversubscription(tmp_path):
     f = _bad(tmp_path, f"""base:
   scenario: {REPO / 'scenarios' / 'sim-2048-first-fit.yaml'}
