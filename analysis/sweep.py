@@ -450,11 +450,11 @@ def execute(ray, sw: Sweep, d: Path, todo: List[dict], skipped: int, max_paralle
         prog.finish()
         sys.stderr.write(f"interrupted: cancelling the {len(inflight)} runs in flight\n")
         refs = list(inflight)
-        for ref in refs:
+        for ref in refs:                 # a KeyboardInterrupt in the running ones, the rest dropped
             ray.cancel(ref)
         ray.wait(refs, num_returns=len(refs), timeout=5)
-        for ref in refs:
-            ray.cancel(ref, force=True)
+        # no force-cancel on top: in Ray 2.60 a second cancel racing a reply can abort the
+        # driver; what still runs ends with the job when Ray shuts down or the driver leaves
         return False
     prog.finish()
     return True
