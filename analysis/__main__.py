@@ -6,6 +6,8 @@
   python -m analysis compare SCENARIO --runs N [the options above]   (N comparisons, 95% CIs)
   python -m analysis report DIR [--bin S] [--bench-csv FILE] [--no-plots]
   python -m analysis serve RUN_DIR [--port N]    (the live view of a finished run, 127.0.0.1)
+  python -m analysis sweep SWEEP.yaml [--address auto|HOST:PORT] [--resume] [--max-parallel N]
+                           [--out DIR] [--no-plots]      (a grid of runs on Ray; analysis/sweep.py)
 
 Errors found before anything runs (bad scenario, unknown policy, bad options, a results
 directory that cannot be read): one line on stderr, exit code 2, nothing written.
@@ -84,10 +86,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     v = sub.add_parser("serve", help="serve the live view's page and API for a finished run (127.0.0.1)")
     v.add_argument("dir", help="one run's directory (emulated or simulated)")
     v.add_argument("--port", type=port_arg, default=0, help="port on 127.0.0.1 (default: a free one)")
+    s = sub.add_parser("sweep", help="a grid of scenarios x policies x seeds on Ray (see docs/schema.md)")
+    s.add_argument("sweep", help="sweep YAML, e.g. sweeps/oversubscription.yaml")
+    s.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                   help="join a running Ray cluster (default: start Ray on this machine)")
+    s.add_argument("--resume", action="store_true",
+                   help="continue the latest run of this sweep (or --out DIR): skip completed runs")
+    s.add_argument("--max-parallel", type=_count, default=None, metavar="N",
+                   help="at most N runs at a time (default: as many as the cluster's CPUs)")
+    s.add_argument("--out", default=None, help="results directory (default results/sweeps/NAME/<time>)")
+    s.add_argument("--no-plots", action="store_true", help="tables only")
     a = ap.parse_args(argv)
     if a.cmd == "serve":
         from .serve import cmd_serve
         return cmd_serve(a.dir, a.port)
+    if a.cmd == "sweep":
+        from .sweep import run_sweep
+        return run_sweep(a.sweep, address=a.address, resume=a.resume, max_parallel=a.max_parallel,
+                         out=a.out, plots=not a.no_plots, argv=argv[1:])
     if a.cmd == "compare" and a.bench_csv is None and REFERENCE_BENCH.is_file():
         a.bench_csv = str(REFERENCE_BENCH)   # copied into DIR: the report stays self-contained
     from .report import ReportError
