@@ -137,8 +137,11 @@ def _with_phase_and_fidelity(dst):
     shutil.copytree(REFERENCE_RUN, dst)
     recs = [json.loads(l) for l in open(dst / "decisions.jsonl")]
     for i, r in enumerate(recs):
-        r["phase"] = {"jobB": {"offset_s": 0.02, "decided_s": 0.022, "error": 0.004 / (1 + i),
-                               "period_s": 0.05, "ref": "jobA"}}
+        # the controller's per-epoch phase samples (controllers/control_channel.py)
+        r["phase_samples"] = [{"epoch": i, "time_s": 0.1 * i, "job": "jobB", "ref": "jobA",
+                               "period_s": 0.05, "beat_s": 0.05, "offset_s": 0.02,
+                               "decided_s": 0.022, "error": 0.004 / (1 + i),
+                               "correction_s": 0.003 if i == 2 else 0.0}]
         r["corrections"] = [{"job": "jobB", "delay_s": 0.003, "error": 0.004}] if i == 2 else []
     (dst / "decisions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     lines = (dst / "summary.csv").read_text().splitlines()

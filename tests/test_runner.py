@@ -113,8 +113,9 @@ def test_harmonics_shift_reaches_the_workers(emulation_ready, tmp_path):
     job = shifted[0]
     ctl = json.loads((out / "control" / f"{job}.json").read_text())
     want = dec[job]["shift_s"] * sc.emulation.time_scale
-    assert ctl["shift_s"] == pytest.approx(want)
-    assert ctl["seq"] == 1 and ctl["at_iteration"] == 0
+    # the file now holds phase control's last correction (seq 1 was the decided shift, for
+    # iteration 0); what the workers applied is in their logs
+    assert ctl["seq"] >= 1
     first = [r for r in csv.DictReader(open(out / "logs" / f"{job}.csv"))
              if r["status"] == "ok" and r["iteration"] == "0"]
     assert len(first) == 2          # both ranks
