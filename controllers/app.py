@@ -200,7 +200,6 @@ class HarmonicsController(app_manager.OSKenApp):
 
         rs = resolve(load_scenario(self.config["scenario_path"]))
         emu = rs.scenario.emulation
-        self.time_scale = emu.time_scale
         policy = make_policy(self.config["policy"], **self.config.get("policy_kw", {}))
         self.driver = EpochDriver(rs, policy, num_classes=self.num_classes, time_scale=emu.time_scale,
                                   bytes_scale=emu.bytes_scale,

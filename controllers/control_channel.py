@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional
 
 from controllers.schedulers.base import Decision
 from controllers.schedulers.phase import (PhaseConfig, PhaseController, job_links, phase_inputs,
@@ -37,7 +37,6 @@ class TelemetryTail:
         self.pos = 0
         self.partial = b""
         self.starts: deque = deque(maxlen=HISTORY)   # (iteration, wall time)
-        self.comm: Dict[int, List[Tuple[int, float]]] = {}
         self.latest = -1
 
     def read(self) -> None:

@@ -302,6 +302,17 @@ def iteration_cv(rows: List[dict], warmup: int) -> float:
     return float(its.std(ddof=1) / its.mean())
 
 
+def _judge_jobs(checks: dict, reasons: list, check: str, per_job: Dict[str, float],
+                limit: float, reason: str) -> None:
+    """One per-job check: ``n/a`` without figures, else ``suspect`` (with the worst job named
+    in ``reason``, percentages) when a job exceeds ``limit``, else ``ok``."""
+    bad = {k: v for k, v in per_job.items() if v > limit}
+    checks[check] = "n/a" if not per_job else "suspect" if bad else "ok"
+    if bad:
+        job = max(bad, key=bad.get)
+        reasons.append(reason.format(job=job, v=100 * bad[job], lim=100 * limit))
+
+
 def _phase_errors(run_dir: Path) -> Dict[str, float]:
     """|phase_error| per job from summary.csv, when phase control wrote it (already a fraction
     of the job's period: docs/phase-control.md)."""
@@ -395,20 +406,12 @@ def evaluate(mon: Optional[Monitor], run_dir: Path, isolated_cv: Optional[Dict[s
                        f"(max {100 * th['retransmit_max']:.0f}%)")
     iso = {k: round(v, 4) for k, v in (isolated_cv or {}).items() if v is not None and math.isfinite(v)}
     fig["isolated_cv"] = iso
-    bad_i = {k: v for k, v in iso.items() if v > th["isolated_cv_max"]}
-    checks["isolated_spread"] = "n/a" if not iso else "suspect" if bad_i else "ok"
-    if bad_i:
-        k = max(bad_i, key=bad_i.get)
-        reasons.append(f"{k}'s isolated iteration times spread {100 * bad_i[k]:.0f}% "
-                       f"(max {100 * th['isolated_cv_max']:.0f}%)")
+    _judge_jobs(checks, reasons, "isolated_spread", iso, th["isolated_cv_max"],
+                "{job}'s isolated iteration times spread {v:.0f}% (max {lim:.0f}%)")
     pe = _phase_errors(run_dir)
     fig["phase_error"] = pe
-    bad_p = {k: v for k, v in pe.items() if v > th["phase_error_max"]}
-    checks["phase_error"] = "n/a" if not pe else "suspect" if bad_p else "ok"
-    if bad_p:
-        k = max(bad_p, key=bad_p.get)
-        reasons.append(f"{k}'s phase error {100 * bad_p[k]:.0f}% of its period "
-                       f"(max {100 * th['phase_error_max']:.0f}%)")
+    _judge_jobs(checks, reasons, "phase_error", pe, th["phase_error_max"],
+                "{job}'s phase error {v:.0f}% of its period (max {lim:.0f}%)")
     verdict = "faithful" if not reasons else "suspect: " + "; ".join(reasons)
     return {"verdict": verdict, "checks": checks, "figures": fig, "thresholds": dict(th)}
 
