@@ -80,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.add_argument("--bench-csv", default=None, metavar="FILE",
                        help="decision times at other cluster sizes: CSV with gpus, policy, decision_ms "
                             "(compare's default: results/reference/decision_time.csv, written by "
-                            "`python -m controllers.bench --csv`; it is copied into DIR, where "
+                            "`python -m scheduling.bench --csv`; it is copied into DIR, where "
                             "report finds it)")
     from .serve import port_arg
     v = sub.add_parser("serve", help="serve the live view's page and API for a finished run (127.0.0.1)")

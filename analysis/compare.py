@@ -41,7 +41,7 @@ def progress(msg: str) -> None:
 
 
 def known_policies(backend: str) -> List[str]:
-    from controllers.schedulers import POLICIES
+    from scheduling import POLICIES
     names = list(POLICIES)
     if backend == "simulation":
         names.append("none")       # the simulator's "no controller at all"
@@ -100,7 +100,7 @@ def run_one_emulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
 
 
 def run_one_simulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
-    from controllers.schedulers import get_policy
+    from scheduling import get_policy
     from emulation.jobspec import WARMUP_ITERATIONS
     from simulation import SimConfig, simulate, write_results
     cfg = SimConfig(decision_timeout_s=opts.get("decision_timeout"), max_time_s=opts.get("max_time"),

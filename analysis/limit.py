@@ -30,8 +30,8 @@ def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = No
     """job -> {"isolated_s", "rho", "group", "limit_s"}; {} if the scenario cannot be
     resolved (the report then shows no limit row)."""
     try:
-        from controllers.schedulers import state_from_scenario
-        from controllers.schedulers.model import job_link_bytes, link_capacities
+        from scheduling import state_from_scenario
+        from scheduling.model import job_link_bytes, link_capacities
         from workloads.scenario import load_scenario, resolve
         rs = resolve(load_scenario(scenario_yaml))
     except Exception:          # a report must not fail on a scenario of another schema

@@ -396,7 +396,7 @@ def make_plots(rep: Report) -> None:
         caption["plots/decision_time.png"] = "Decision time per epoch vs cluster size"
         if src == "run":
             rep.plot_notes.append(
-                "decision time vs cluster size: controllers/bench.py prints its table and writes no CSV, "
+                "decision time vs cluster size: scheduling/bench.py prints its table and writes no CSV, "
                 "so the plot has this run's cluster size only; give a CSV with columns gpus, policy, "
                 "decision_ms via `--bench-csv` to add the benchmark's sizes.")
     rep.plots = caption

@@ -292,7 +292,7 @@ class RunData:
         """Phase control's measurements and corrections, where the run recorded them:
         phase.csv of a finished run (either back end), else the phase samples the controller
         appends to decisions.jsonl while the run goes (docs/phase-control.md)."""
-        from controllers.schedulers.phase import phase_rows_from_records
+        from scheduling.phase import phase_rows_from_records
         rows = self._file("phase.csv", _read_csv, []) if (self.dir / "phase.csv").exists() else []
         if not rows and (self.dir / "decisions.jsonl").exists():
             rows = phase_rows_from_records(self._file("decisions.jsonl", _read_jsonl, []))

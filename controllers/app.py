@@ -23,7 +23,6 @@ import logging
 import os
 import threading
 import time
-import zlib
 from typing import Dict, Optional, Tuple
 
 from os_ken.base import app_manager
@@ -34,9 +33,9 @@ from os_ken.lib import hub
 from os_ken.lib.packet import arp, ethernet, ether_types, in_proto, ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers.schedulers.base import Decision
+from scheduling.base import Decision
 from emulation.qos import class_dscp
-from workloads.cluster import Cluster, ClusterSpec, parse_host
+from workloads.cluster import Cluster, ClusterSpec, default_spine, parse_host
 
 # a job is decided this long (wall seconds) before its start (``_epoch_loop``)
 PRESTART_S = 0.5
@@ -195,7 +194,7 @@ class HarmonicsController(app_manager.OSKenApp):
 
     # ------------------------------------------------------------ epochs
     def _make_driver(self):
-        from controllers.epochs import EpochDriver, make_policy
+        from scheduling.epochs import EpochDriver, make_policy
         from workloads.scenario import load_scenario, resolve
 
         rs = resolve(load_scenario(self.config["scenario_path"]))
@@ -207,7 +206,7 @@ class HarmonicsController(app_manager.OSKenApp):
         self.channel = None
         if self.config.get("control_dir"):
             from controllers.control_channel import ControlChannel
-            from controllers.schedulers.phase import PhaseConfig
+            from scheduling.phase import PhaseConfig
             pc = rs.scenario.phase_control
             self.channel = ControlChannel(
                 self.config["control_dir"], self.config.get("telemetry_dir"), list(self.jobs),
@@ -489,8 +488,8 @@ class HarmonicsController(app_manager.OSKenApp):
             moved = 0
             for key, f in list(self.flows.items()):
                 if f["spine"] == link[1] and link[0] in (f["rack"], f["dst_rack"]):
-                    f["spine"], f["pinned"] = self._choose_spine(key, f.get("job"), f["src_host"],
-                                                                 f["dst_host"], f["rack"], f["dst_rack"])
+                    f["spine"], f["pinned"] = self._choose_spine(f.get("job"), f["src_host"], f["dst_host"],
+                                                                 f["rack"], f["dst_rack"])
                     tor = self._tor_dp(f["rack"])
                     if tor is not None:
                         self._install_flow(tor, key, f, modify=True)
@@ -576,7 +575,7 @@ class HarmonicsController(app_manager.OSKenApp):
                 if dst_rack == rack:
                     spine, pinned = None, False
                 else:
-                    spine, pinned = self._choose_spine(key, job, src_host, dst_host, rack, dst_rack)
+                    spine, pinned = self._choose_spine(job, src_host, dst_host, rack, dst_rack)
                 choice = {"spine": spine, "pinned": pinned, "rack": rack, "dst_rack": dst_rack, "job": job,
                           "src_host": src_host, "dst_host": dst_host, "since": time.time(),
                           "bytes": 0, "polled": None, "bps": 0.0}
@@ -670,6 +669,9 @@ class HarmonicsController(app_manager.OSKenApp):
                         want = None  # never pin onto a dead link
                     if want is not None and want != f["spine"]:
                         f["spine"], f["pinned"] = want, True
+                    elif want is None and f.get("pinned"):
+                        f["spine"], f["pinned"] = self._choose_spine(
+                            f["job"], f["src_host"], f["dst_host"], f["rack"], f["dst_rack"])
                 dp = self._tor_dp(f["rack"])
                 if dp is not None:
                     self._install_flow(dp, key, f, modify=True)
@@ -702,21 +704,20 @@ class HarmonicsController(app_manager.OSKenApp):
             dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=in_port,
                                             actions=actions, data=data))
 
-    def _choose_spine(self, key, job, src_host, dst_host, rack, dst_rack) -> Tuple[int, bool]:
+    def _choose_spine(self, job, src_host, dst_host, rack, dst_rack) -> Tuple[int, bool]:
+        """The spine of a cross-rack flow and whether a decision pinned it. An unpinned flow takes
+        the model's and the simulator's hash route (workloads.cluster.default_spine), moved on to
+        the next live spine when that one's links are down, so every back end routes fair
+        sharing alike."""
         d = self.decisions.get(job or "")
         pin = d.spine_for(src_host, dst_host) if d is not None else None
         n = self.cluster.spec.spines
-        usable = [s_ for s_ in range(n) if (rack, s_) not in self.down_links
-                  and (dst_rack, s_) not in self.down_links] or list(range(n))
-        if pin is not None and pin % n in usable:
+        live = [s_ for s_ in range(n) if (rack, s_) not in self.down_links
+                and (dst_rack, s_) not in self.down_links] or list(range(n))
+        if pin is not None and pin % n in live:
             return pin % n, True
-        load = [0] * n
-        for f in self.flows.values():
-            if f["spine"] is not None and self._active(f) and (f["rack"] == rack or f["dst_rack"] == dst_rack):
-                # the flow shares our uplink, or the spine's downlink to our destination
-                load[f["spine"]] += (f["rack"] == rack) + (f["dst_rack"] == dst_rack)
-        h = zlib.crc32(repr(key).encode())
-        return min(usable, key=lambda s: (load[s], (s + h) % n)), False
+        h = default_spine(src_host, dst_host, n)
+        return min(live, key=lambda s_: (s_ - h) % n), False
 
     def _forget(self, key):
         self.flows.pop(key, None)

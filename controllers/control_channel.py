@@ -8,7 +8,7 @@ iteration starts and collective starts with wall-clock timestamps, tailed every 
 
 Every epoch ``ControlChannel.apply`` writes what the decisions changed.  Every counter poll
 ``ControlChannel.tick`` reads the telemetry and, when a decided job has started an iteration,
-runs the phase controller (controllers.schedulers.phase) on the iteration starts seen so far
+runs the phase controller (scheduling.phase) on the iteration starts seen so far
 and orders its corrections: the loop closes once per iteration, not once per epoch.  Times
 given to the phase controller are trace seconds since the controller started (wall /
 time_scale).
@@ -20,8 +20,8 @@ import time
 from collections import deque
 from typing import Callable, Dict, List, Mapping, Optional
 
-from controllers.schedulers.base import Decision
-from controllers.schedulers.phase import (PhaseConfig, PhaseController, job_links, phase_inputs,
+from scheduling.base import Decision
+from scheduling.phase import (PhaseConfig, PhaseController, job_links, phase_inputs,
                                           phase_rows)
 from emulation.jobspec import write_control
 from emulation.qos import class_dscp

@@ -53,6 +53,43 @@ def check_stack() -> None:
     r = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True, errors="replace")
     if r.returncode != 0:
         raise EmulationError("Open vSwitch is not running: run ./scripts/setup.sh first")
+    check_send_buffer()
+
+
+# ovs-vswitchd's userspace datapath sends on every port through one non-blocking AF_PACKET
+# socket; a frame stays charged to its send buffer until the egress qdisc has sent it. At the
+# kernel's default (208 KB, about a dozen 16 KB GSO frames for every shaped queue together) the
+# buffer fills under load and OVS drops the frame ("Resource temporarily unavailable"), whatever
+# its class. docs/fidelity.md, "Open vSwitch's send buffer", has the measurement.
+OVS_SEND_BUFFER = 64 * 1024 * 1024
+WMEM_DEFAULT = Path("/proc/sys/net/core/wmem_default")
+
+
+def ovs_send_buffers() -> List[int]:
+    """SO_SNDBUF (bytes) of each AF_PACKET socket ovs-vswitchd holds; [] if it holds none yet."""
+    r = subprocess.run(["ss", "-0", "-a", "-m", "-p"], capture_output=True, text=True, errors="replace")
+    sizes, ovs = [], False
+    for line in r.stdout.splitlines():
+        if not line.startswith((" ", "\t")):       # a socket's own line; skmem follows it
+            ovs = "ovs-vswitchd" in line
+        if ovs and "skmem:(" in line:
+            for field in line.split("skmem:(", 1)[1].split(")", 1)[0].split(","):
+                if field.startswith("tb"):
+                    sizes.append(int(field[2:]))
+            ovs = False
+    return sizes
+
+
+def check_send_buffer() -> None:
+    """Refuse a run whose Open vSwitch would drop frames of every class at its send socket."""
+    wmem = int(WMEM_DEFAULT.read_text())
+    if wmem < OVS_SEND_BUFFER:
+        raise EmulationError(f"net.core.wmem_default is {wmem} bytes (Open vSwitch needs "
+                             f"{OVS_SEND_BUFFER} or it drops packets under load): run ./scripts/setup.sh")
+    small = [b for b in ovs_send_buffers() if b < OVS_SEND_BUFFER]
+    if small:
+        raise EmulationError(f"ovs-vswitchd's send socket has a {min(small)}-byte buffer (it started "
+                             "before net.core.wmem_default was raised): run ./scripts/setup.sh")
 
 
 @contextmanager

@@ -39,7 +39,7 @@ import numpy as np
 
 from workloads.scenario import ResolvedScenario, Scenario, ScenarioError, dump_scenario, load_scenario, resolve
 
-from controllers.schedulers.phase import phase_rows_from_records, phase_summary, write_phase_csv
+from scheduling.phase import phase_rows_from_records, phase_summary, write_phase_csv
 
 from . import fidelity, qos
 from .jobspec import WARMUP_ITERATIONS, default_port_bases, tuning, write_job_spec
@@ -49,7 +49,7 @@ from .worker import read_worker_log
 
 def known_policies() -> tuple:
     """The scheduler registry's policies, plus 'static' (decisions from a file)."""
-    from controllers.schedulers import POLICIES
+    from scheduling import POLICIES
     return tuple(POLICIES) + ("static",)
 SNAPLEN = 128                  # captures keep headers only
 
@@ -136,7 +136,7 @@ def start_monitor(ec: EmulatedCluster, procs: Dict[str, list], captures: list) -
 
 def expected_duration(rs: ResolvedScenario) -> float:
     """Emulated seconds the run should take if every job ran alone (for the time-out)."""
-    from controllers.schedulers.base import job_state
+    from scheduling.base import job_state
     ts = rs.scenario.emulation.time_scale
     worst = 0.0
     total = 0.0
@@ -400,7 +400,7 @@ def _records(path: Path) -> List[dict]:
 
 
 def analytical_isolated(rs: ResolvedScenario) -> Dict[str, float]:
-    from controllers.schedulers.base import job_state
+    from scheduling.base import job_state
     return {j.name: job_state(j, rs.cluster).iso_iter_s for j in rs.jobs}
 
 
@@ -480,7 +480,7 @@ def print_summary(rows: Dict[str, dict], out: Path) -> None:
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="run a scenario under one policy on the emulated cluster")
     p.add_argument("scenario")
-    p.add_argument("--policy", default="fair", help="a policy of controllers.schedulers.POLICIES, or static")
+    p.add_argument("--policy", default="fair", help="a policy of scheduling.POLICIES, or static")
     p.add_argument("--out", default=None, help="results directory (default results/<scenario>/<time>-<policy>)")
     p.add_argument("--isolated", choices=["measured", "analytical"], default="measured",
                    help="where slowdown's isolated iteration time comes from")

@@ -48,6 +48,20 @@ fi
 # The kernel datapath is never used (switches are datapath_type=netdev); userspace TSO
 # is what makes TCP work (and fast) through netdev bridges over veth.
 ovs-vsctl --no-wait set Open_vSwitch . other_config:userspace-tso-enable=true
+# ovs-vswitchd sends every port's frames through one AF_PACKET socket whose buffer is
+# net.core.wmem_default when the socket is made: at the kernel's 208 KB it drops frames of every
+# class under load (emulation/net.py, OVS_SEND_BUFFER). Raise it first; a vswitchd whose sockets
+# were made with less is restarted.
+want_wmem="$(cd "$ROOT" && "$VENV/bin/python" -c 'from emulation.net import OVS_SEND_BUFFER; print(OVS_SEND_BUFFER)')"
+if [ "$(sysctl -n net.core.wmem_default)" -lt "$want_wmem" ]; then
+  say "raising net.core.wmem_default to $want_wmem"
+  sysctl -qw net.core.wmem_default="$want_wmem"
+fi
+if pidof ovs-vswitchd >/dev/null 2>&1 && ! (cd "$ROOT" && "$VENV/bin/python" -c \
+     'from emulation.net import check_send_buffer; check_send_buffer()' >/dev/null 2>&1); then
+  say "restarting ovs-vswitchd (its send socket predates the raised buffer)"
+  "$OVS_CTL" --no-ovsdb-server stop >/dev/null 2>&1 || true
+fi
 if ! pidof ovs-vswitchd >/dev/null 2>&1; then
   say "starting ovs-vswitchd"
   "$OVS_CTL" --no-ovsdb-server --system-id=random start >/dev/null 2>&1 || true
@@ -61,8 +75,10 @@ ovs-vsctl --timeout=5 show >/dev/null || fail "ovsdb-server does not answer"
 for cmd in "${!PKG[@]}"; do command -v "$cmd" >/dev/null || fail "$cmd is missing"; done
 "$VENV/bin/python" -c 'import os_ken, mininet.net, scapy, numpy, yaml, pydantic' \
   || fail "the virtualenv is broken; delete $VENV and run again"
+(cd "$ROOT" && "$VENV/bin/python" -c 'from emulation.net import check_send_buffer; check_send_buffer()') \
+  || fail "Open vSwitch's send buffer is too small (see above)"
 # the model's compiled kernel: numba caches it next to the source; compiling it here (once per
 # checkout, ~11 s) keeps it out of the first controller start and the first decision
-(cd "$ROOT" && "$VENV/bin/python" -c 'from controllers.schedulers.model import warm_up; warm_up()') \
+(cd "$ROOT" && "$VENV/bin/python" -c 'from scheduling.model import warm_up; warm_up()') \
   || fail "the model kernel does not compile (numba); HARMONICS_NO_JIT=1 runs the Python path"
 say "ready: $(ovs-vsctl --version | head -1), $("$VENV/bin/python" --version), venv $VENV"

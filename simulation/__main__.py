@@ -27,7 +27,7 @@ def load_policy(name: str, **kw):
     if name == "none":
         return None
     try:
-        from controllers.schedulers import get_policy
+        from scheduling import get_policy
     except ImportError as e:  # pragma: no cover - registry missing
         raise UsageError(f"policy registry unavailable ({e}); use --policy none") from None
     try:

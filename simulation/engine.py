@@ -21,7 +21,7 @@ Model (documented choices; docs in simulation/README.md):
   fairness inside a class (``simulation.waterfill``).  Rates are recomputed only on events
   (a collective starts or ends, a flow group ends, decisions change, a link fails).
 * The policy is called every epoch through the controller's own epoch step
-  (``controllers.epochs.EpochDriver``, see ``simulation.view``): declared job states, updated
+  (``scheduling.epochs.EpochDriver``, see ``simulation.view``): declared job states, updated
   by the shared estimator from the bytes measured during the last epoch.  Its decisions
   (priority class, rate caps, spine / per-pair spines, start-time shift) are enforced from
   that instant on.  Paths of flows in flight are re-routed when a decision changes their
@@ -319,7 +319,7 @@ class Engine:
         """Compute-time noise and phase control (simulation.phasing), from the scenario's
         settings unless the config overrides them."""
         from .phasing import ComputeNoise, SimPhaseControl
-        from controllers.schedulers.phase import PhaseConfig
+        from scheduling.phase import PhaseConfig
         sc = self.scenario
         sigma = self.cfg.compute_jitter
         if sigma is None:
@@ -943,7 +943,7 @@ def isolated_times(cluster: Cluster, jobs: Sequence[ResolvedJob], cfg: SimConfig
 
 def simulate(rs: ResolvedScenario, policy=None, config: Optional[SimConfig] = None,
              policy_name: Optional[str] = None) -> SimResult:
-    """Simulate a resolved scenario under ``policy`` (a ``controllers.schedulers.base.Policy``
+    """Simulate a resolved scenario under ``policy`` (a ``scheduling.base.Policy``
     instance, or None for the network's own max-min sharing with no controller)."""
     cfg = config or SimConfig()
     name = policy_name or (getattr(policy, "name", None) if policy is not None else "none") or "?"

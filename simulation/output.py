@@ -12,7 +12,7 @@
                         flow_spines, rate_caps_gbps, shift_s, reason (one row per epoch and
                         decided job; an epoch without decisions has one row with job empty)
   DIR/phase.csv         phase control: one row per epoch and job of a held group
-                        (controllers.schedulers.phase.PHASE_COLS)
+                        (scheduling.phase.PHASE_COLS)
   DIR/run.json          settings and counters (events, wall time, events/s)
 
 Everything is written into a temporary sibling directory and renamed into place at the
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from controllers.schedulers.phase import write_phase_csv
+from scheduling.phase import write_phase_csv
 from workloads.scenario import dump_scenario
 
 SUMMARY_COLS = ["job", "policy", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s",

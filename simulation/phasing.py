@@ -4,7 +4,7 @@
   per iteration and job and applied to every compute phase of that iteration.  One seeded
   stream per job (the scenario's seed and the job's index), so adding a job does not change
   the others' draws.  sigma = 0 draws nothing: the engine is then exactly the noiseless one.
-* ``SimPhaseControl``: the pure controller (``controllers.schedulers.phase``) fed with the
+* ``SimPhaseControl``: the pure controller (``scheduling.phase``) fed with the
   simulated iteration starts at every counter poll after a job started an iteration (as the
   emulator's controller reads its telemetry); its corrections become one-time delays of the
   job's next iteration start, exactly as the emulator's workers apply them.
@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from controllers.schedulers.phase import (PhaseConfig, PhaseController, job_links, phase_inputs,
+from scheduling.phase import (PhaseConfig, PhaseController, job_links, phase_inputs,
                                           phase_rows, phase_summary)
 from workloads.flows import host_pair_bytes
 

@@ -1,9 +1,9 @@
 """What a policy sees in the simulator: exactly what the emulator's controller builds.
 
-The epoch step is the controller's own (``controllers.epochs.EpochDriver``): every epoch it
+The epoch step is the controller's own (``scheduling.epochs.EpochDriver``): every epoch it
 starts from the jobs' declared states (``base.job_state``: declared host-pair bytes, compute
 time, isolated time under the shared model), keeps the active jobs, and runs the shared
-estimator (``controllers.schedulers.model.estimate_from_measurements`` + ``apply_estimates``)
+estimator (``scheduling.model.estimate_from_measurements`` + ``apply_estimates``)
 on the byte series measured during the last epoch: period and active fraction always,
 and -- with ``estimate_profiles`` -- bytes per pair and compute time too.
 
@@ -55,7 +55,7 @@ class _TimedPolicy:
 
 
 def make_driver(engine):
-    from controllers.epochs import EpochDriver
+    from scheduling.epochs import EpochDriver
     from workloads.scenario import ResolvedScenario
     rs = ResolvedScenario(engine.scenario, engine.cluster, [j.rj for j in engine.jobs])
     return EpochDriver(rs, _TimedPolicy(engine.policy, engine.cfg.decision_timeout_s),

@@ -22,6 +22,6 @@ def test_ports_paths_and_names():
 
 def test_importable_without_mininet_or_osken():
     import subprocess
-    code = ("import sys, workloads.scenario, workloads.cluster, workloads.flows, controllers.schedulers.base;"
+    code = ("import sys, workloads.scenario, workloads.cluster, workloads.flows, scheduling.base;"
             "bad=[m for m in sys.modules if m.startswith(('mininet','os_ken'))]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=__import__("conftest").REPO)

@@ -64,7 +64,7 @@ def test_meter_holds_a_tcp_flow_within_10_percent(cluster):
     decide({"jobA": _decision("jobA", 3, {"tor0>sp0": cap_gbps})})
     [a] = stackcheck.measure_flows(ec, PAIRS[:1], seconds=6)
     assert abs(a.mbps - rate) <= 0.1 * rate, f"{a.mbps:.1f} Mbit/s under a {rate:g} Mbit/s meter"
-    # a policy that leaves a running job out keeps its last decision (controllers/epochs.py):
+    # a policy that leaves a running job out keeps its last decision (scheduling/epochs.py):
     # a new decision without the cap releases the meter
     decide({"jobA": _decision("jobA", 3)})
     [a] = stackcheck.measure_flows(ec, PAIRS[:1], seconds=4)

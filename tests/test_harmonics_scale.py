@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from controllers.bench import mix_scenario
-from controllers.schedulers import get_policy, state_from_scenario
-from controllers.schedulers.harmonics import RackSummary
+from scheduling.bench import mix_scenario
+from scheduling import get_policy, state_from_scenario
+from scheduling.harmonics import RackSummary
 from workloads.scenario import resolve
 
 from test_schedulers import _check_consistent, _next_epoch
@@ -85,8 +85,8 @@ def test_rack_summary_costs_cross_the_wire_exactly():
 def test_joint_stage_never_worse_than_fair():
     """Small components are refined in the component view (the model): on widened cases the
     result is never worse than fair sharing under the model, in a cold and in a warm epoch."""
-    from controllers.schedulers.cases import wide_case
-    from controllers.schedulers.model import predict
+    from scheduling.cases import wide_case
+    from scheduling.model import predict
     ran = 0
     for seed in range(30, 42):
         st = state_from_scenario(resolve(wide_case(seed)))
@@ -109,7 +109,7 @@ def test_warm_epoch_with_arrivals_in_small_components():
     be a kept one, whose own model predates the new job; every warm epoch must decide every
     job, consistently (the regression: a KeyError on the new job)."""
     import copy
-    from controllers.schedulers.cases import wide_case
+    from scheduling.cases import wide_case
     checked = 0
     for seed in range(0, 10):
         st = state_from_scenario(resolve(wide_case(seed)))

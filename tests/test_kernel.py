@@ -1,4 +1,4 @@
-"""The compiled event simulation (controllers/schedulers/kernel.py) against the pure-Python
+"""The compiled event simulation (scheduling/kernel.py) against the pure-Python
 reference (model._simulate_py): the same results, bit for bit."""
 import math
 import random
@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from controllers.schedulers import kernel, model
-from controllers.schedulers.model import SimJob, _simulate_py, simulate
+from scheduling import kernel, model
+from scheduling.model import SimJob, _simulate_py, simulate
 
 INF = float("inf")
 

@@ -3,7 +3,7 @@ group at isolated pace where that exceeds the capacity (analysis/limit.py)."""
 import pytest
 
 from analysis.limit import job_limits
-from controllers.schedulers.cases import _case
+from scheduling.cases import _case
 from workloads.scenario import dump_scenario
 
 

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from controllers.schedulers.base import ClusterState, Decision, JobState, state_from_scenario
-from controllers.schedulers.model import (BYTES_PER_GBIT, SimJob, estimate_from_measurements,
+from scheduling.base import ClusterState, Decision, JobState, state_from_scenario
+from scheduling.model import (BYTES_PER_GBIT, SimJob, estimate_from_measurements,
                                           estimate_job, estimate_period, isolated_iteration_time,
                                           link_loads, predict, simulate)
 from workloads.cluster import Cluster, ClusterSpec
@@ -156,7 +156,7 @@ def test_fast_allocator_equals_reference(seed):
     # gives exactly the reference allocate()'s rates
     import random
 
-    from controllers.schedulers.model import _Alloc, allocate
+    from scheduling.model import _Alloc, allocate
     rng = random.Random(seed)
     jobs, cap = _random_group(rng, rng.randint(2, 6), rng.randint(1, 5))
     shared: dict = {}

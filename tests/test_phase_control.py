@@ -1,12 +1,12 @@
-"""Phase control (controllers.schedulers.phase): the control law on synthetic timestamps, and
+"""Phase control (scheduling.phase): the control law on synthetic timestamps, and
 the simulator with compute noise, with and without the controller."""
 import math
 import random
 
 import pytest
 
-from controllers.schedulers.base import Decision
-from controllers.schedulers.phase import (JobPhaseInput, PhaseConfig, PhaseController,
+from scheduling.base import Decision
+from scheduling.phase import (JobPhaseInput, PhaseConfig, PhaseController,
                                           phase_summary, small_ratio, wrap)
 from simulation.engine import SimConfig, simulate
 from workloads.scenario import load_scenario, parse_scenario, resolve

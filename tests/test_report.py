@@ -99,7 +99,7 @@ def test_report_from_sample_files(sample, capsys):
         assert f"plots/{name}.png" in (sample / "comparison.md").read_text()
     md = (sample / "comparison.md").read_text()
     for needle in ("## Policies", "## Per job", "## Packet-capture check", "| harmonics |",
-                   "controllers/bench.py"):
+                   "scheduling/bench.py"):
         assert needle in md, needle
     # the run ends with the Markdown table on stdout
     assert "| policy | mean iter s |" in out and "| harmonics |" in out

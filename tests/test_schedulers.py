@@ -7,17 +7,17 @@ import random
 import numpy as np
 import pytest
 
-from controllers.bench import mix_scenario, quality_cases, random_case
-from controllers.schedulers import POLICIES, get_policy, state_from_scenario
-from controllers.schedulers.base import decisions_from_json, decisions_to_json
-from controllers.schedulers.common import SHIFT_PHASES, shiftable
-from controllers.schedulers.cassini import (best_link_shifts, circle_units, compatibility,
+from scheduling.bench import mix_scenario, quality_cases, random_case
+from scheduling import POLICIES, get_policy, state_from_scenario
+from scheduling.base import decisions_from_json, decisions_to_json
+from scheduling.common import SHIFT_PHASES, shiftable
+from scheduling.cassini import (best_link_shifts, circle_units, compatibility,
                                             demand_profile)
-from controllers.schedulers.crux import (best_cut_for_order, compress_priorities, cut_weight,
+from scheduling.crux import (best_cut_for_order, compress_priorities, cut_weight,
                                          random_topological_order)
-from controllers.schedulers.harmonics import CoordinatorMessage, ProposalReport, RackSummary
-from controllers.schedulers.harmonics.joint import JointOffer, JointReport
-from controllers.schedulers.model import predict
+from scheduling.harmonics import CoordinatorMessage, ProposalReport, RackSummary
+from scheduling.harmonics.joint import JointOffer, JointReport
+from scheduling.model import predict
 from workloads.scenario import resolve
 
 
@@ -245,7 +245,7 @@ def test_harmonics_beats_fair_on_standard_pairs():
 def _next_epoch(st, k=None, factor=1.2):
     import copy
 
-    from controllers.schedulers.model import isolated_iteration_time
+    from scheduling.model import isolated_iteration_time
     nxt = copy.deepcopy(st)
     nxt.epoch = st.epoch + 1
     j = nxt.jobs[len(nxt.jobs) // 2 if k is None else k]
@@ -288,7 +288,7 @@ def test_harmonics_incremental_epoch_simulates_only_changed_subproblems():
 
 
 def test_coordinator_compounds_own_slowdown_over_racks():
-    from controllers.schedulers.harmonics import GlobalCoordinator
+    from scheduling.harmonics import GlobalCoordinator
     P = GlobalCoordinator._product
     # one rack: its view
     assert P([(1.3, 1)], 0.05, 0.1) == pytest.approx(1.3)
@@ -344,7 +344,7 @@ def test_coordinator_arbitrates_proposals_on_the_racks_views():
     """Gain = total before - total after over the racks that costed a proposal: rack-local
     jobs summed, a rack-spanning job once at its worst rack; at most one proposal per rack;
     a proposal that does not pay is not accepted."""
-    from controllers.schedulers.harmonics import (Assignment, GlobalCoordinator, Proposal,
+    from scheduling.harmonics import (Assignment, GlobalCoordinator, Proposal,
                                                   ViewCost)
     A = lambda j, k: Assignment(j, k, None, 1.0)   # noqa: E731
     cur = {"A": A("A", 0), "C": A("C", 1)}
@@ -403,7 +403,7 @@ def test_harmonics_lower_bound_pruning_is_exact(monkeypatch):
     # the rack's early abandon (a choice whose summed per-job lower bounds reach the
     # incumbent is not evaluated) changes no decision; before the screening runs it may
     # change which options reach the full evaluation (measured: no change on these cases)
-    import controllers.schedulers.harmonics as H
+    import scheduling.harmonics as H
     states = small_states(12, max_jobs=4) + [state_from_scenario(resolve(mix_scenario(1024)))]
     for st in states:
         monkeypatch.setattr(H.params, "USE_BOUND", False)
@@ -418,7 +418,7 @@ def test_harmonics_lower_bound_pruning_is_exact(monkeypatch):
 
 def test_harmonics_lower_bound_holds_in_rack_views(monkeypatch):
     # every slowdown a rack's view computes is at least the bound the pruning uses
-    import controllers.schedulers.harmonics as H
+    import scheduling.harmonics as H
     st = state_from_scenario(resolve(mix_scenario(1024)))
     orig = H.LocalScheduler._slowdowns
     checked = []
@@ -479,7 +479,7 @@ def test_phase_stage_probes_a_starved_job_into_a_tie(monkeypatch):
     phase: 1.09 each, the optimum.  Without the probe Harmonics stays at 1.5."""
     from workloads.scenario import load_scenario
     from conftest import REPO
-    import controllers.schedulers.harmonics as H
+    import scheduling.harmonics as H
     st = state_from_scenario(resolve(load_scenario(REPO / "scenarios" / "pair-shared-spine.yaml")))
     opt = get_policy("optimal", time_limit_s=60)
     best = predict(st, opt.decide(st)).mean_slowdown

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from controllers.schedulers.base import Decision, Policy
+from scheduling.base import Decision, Policy
 from simulation.engine import SimConfig, simulate
 from simulation.topology import leaf_spine, lingjun_cluster, lingjun_racks
 from simulation.waterfill import waterfill, waterfill_update
@@ -398,7 +398,7 @@ def test_fair_policy_equals_no_controller():
     spec = leaf_spine(2, 4, 2, gpus_per_host=4)
     sc = generate(spec, 6, iterations=4, seed=3, placement="fragmented")
     rs = resolve(sc)
-    from controllers.schedulers import get_policy
+    from scheduling import get_policy
     a = simulate(rs, None, SimConfig(isolated=False))
     b = simulate(rs, get_policy("fair"), SimConfig(isolated=False))
     assert [r[:3] for r in a.iterations] == [r[:3] for r in b.iterations]

@@ -1,6 +1,6 @@
 """Scheduling policies: one interface (``Policy.decide(ClusterState) -> Decisions``), a registry.
 
-    from controllers.schedulers import get_policy, POLICIES
+    from scheduling import get_policy, POLICIES
     policy = get_policy("harmonics")           # or fair, optimal, crux, cassini
     decisions = policy.decide(state)           # job name -> Decision
 

@@ -1,11 +1,11 @@
 """Scheduling-time and quality benchmark of the policies.
 
-    python -m controllers.bench                 # decision time per epoch at 64 .. 16,384 GPUs
+    python -m scheduling.bench                 # decision time per epoch at 64 .. 16,384 GPUs
                                                 # + the quality table
-    python -m controllers.bench --scale-only    # decision times only
-    python -m controllers.bench --quality       # quality table only
-    python -m controllers.bench --sizes 64 1024 --optimal-limit 30
-    python -m controllers.bench --quality --wide-cases 50 --wide-limit 10
+    python -m scheduling.bench --scale-only    # decision times only
+    python -m scheduling.bench --quality       # quality table only
+    python -m scheduling.bench --sizes 64 1024 --optimal-limit 30
+    python -m scheduling.bench --quality --wide-cases 50 --wide-limit 10
 
 The quality part also scores ``--wide-cases`` widened random cases (``cases.wide_case``) and
 prints ``mean slowdown harmonics/optimal``, ``cases worse than fair`` and ``cases more than 3%
@@ -35,9 +35,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from workloads.cluster import ClusterSpec
 from workloads.scenario import JobSpec, Placement, Scenario, resolve
-from controllers.schedulers import get_policy, state_from_scenario
-from controllers.schedulers.cases import _profile, quality_cases, random_case, wide_case  # noqa: F401
-from controllers.schedulers.model import isolated_iteration_time, predict, warm_up
+from scheduling import get_policy, state_from_scenario
+from scheduling.cases import _profile, quality_cases, random_case, wide_case  # noqa: F401
+from scheduling.model import isolated_iteration_time, predict, warm_up
 
 # racks, hosts per rack, spines for each cluster size (8 GPUs per host)
 TOPOLOGIES = {
@@ -267,8 +267,8 @@ def proxy_error(st, samples: int = 40, seed: int = 1) -> dict:
     its rack's option list; both in the rack's view (slowdowns capped at 50 so that a few
     starved jobs do not decide the figure)."""
     import numpy as np
-    from controllers.schedulers.harmonics import policy as hp
-    from controllers.schedulers.model import STARVED_SLOWDOWN
+    from scheduling.harmonics import policy as hp
+    from scheduling.model import STARVED_SLOWDOWN
     racks = []
     orig = hp.LocalScheduler.__init__
 
