@@ -1,0 +1,51 @@
+"""Writing a run's files so that a reader never sees half of one, and reading line records that
+a writer may still be appending to."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, List, Union
+
+PathLike = Union[str, Path]
+
+
+def atomic_write_text(path: PathLike, text: str) -> None:
+    """Replace ``path`` with ``text`` in one step: the temporary file sits beside it (same file
+    system) and is named per process, so concurrent writers never share one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_json(path: PathLike, obj: Any, indent: Union[int, None] = 1) -> None:
+    """``atomic_write_text`` of ``obj`` as JSON with a final newline."""
+    atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+def iter_jsonl(path: PathLike) -> Iterator[dict]:
+    """The JSON objects of a .jsonl file, one a line; a line still being written, damaged or
+    not an object is skipped."""
+    with open(path) as f:
+        for line in f:
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(d, dict):
+                yield d
+
+
+def read_jsonl(path: PathLike) -> List[dict]:
+    return list(iter_jsonl(path))
+
+
+def append_jsonl(path: PathLike, record: dict) -> None:
+    """Append one JSON line (sorted keys, so that the same record is always the same line)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
