@@ -19,8 +19,8 @@ most one emulated run per node.  The workers import the project from this checko
 (PYTHONPATH): other machines of a cluster need the project at the same path.  A run on the
 driver's node writes into DIR directly; a run elsewhere sends its directory back (tar).
 
-Operations.  Progress (runs done, running, failed, ETA) on stderr.  Ctrl-C cancels the Ray
-tasks, shuts Ray down, removes the partial run directories and leaves the finished ones;
+Operations.  Progress (runs done, running, failed, ETA) on stderr.  Ctrl-C stops the runs in
+flight, shuts Ray down, removes the partial run directories and leaves the finished ones;
 ``--resume`` (the latest DIR of this sweep, or --out DIR) skips runs whose directory holds a
 completed result of the same cell, policy and options.  A failing run is recorded with its
 error (DIR/cells/<cell>/<policy>/sweep_run.json, sweep.csv, sweep.md); the others go on.
@@ -39,14 +39,13 @@ import sys
 import tarfile
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .sweep_spec import Cell, Sweep, SweepError, cell_scenario, load_sweep
+from .sweep_spec import Cell, Sweep, SweepError, load_sweep
+from .sweep_task import RUN_RECORD, Tracker, replace_dir, run_task
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_RECORD = "sweep_run.json"
 SWEEP_JSON = "sweep.json"
 COMPLETE = ("ok", "partial")
 RETRIES = 3                  # re-runs of a run whose worker or node Ray lost
@@ -54,90 +53,6 @@ RETRIES = 3                  # re-runs of a run whose worker or node Ray lost
 
 class SweepRunError(ValueError):
     """Bad options found before anything runs.  str() is one line."""
-
-
-# ---------------------------------------------------------------------------
-# the Ray task
-# ---------------------------------------------------------------------------
-
-class Tracker:
-    """A Ray actor the runs tell when they start (the driver shows how many are running)."""
-
-    def __init__(self):
-        self.started: Dict[str, str] = {}
-
-    def start(self, key: str, node: str) -> None:
-        self.started[key] = node
-
-    def get(self) -> Dict[str, str]:
-        return dict(self.started)
-
-
-def _node() -> dict:
-    import ray
-    ctx = ray.get_runtime_context()
-    return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-            "hostname": socket.gethostname()}
-
-
-def _tar(d: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        tf.add(d, arcname=".")
-    return buf.getvalue()
-
-
-def run_task(job: dict, tracker=None) -> dict:
-    """One (cell, policy) run, in a Ray worker.  ``job``: cell, policy, kind, base, seed, name,
-    options, hash, out (the run's directory on the driver's node), driver_node.  Returns the
-    run's record (and its directory as tar bytes when this is not the driver's node)."""
-    node = _node()
-    key = f"{job['cell']}/{job['policy']}"
-    if tracker is not None:
-        try:
-            tracker.start.remote(key, node["node_id"])
-        except Exception:                   # noqa: BLE001 - progress only
-            pass
-    local = node["node_id"] == job["driver_node"]
-    out = Path(job["out"])
-    if local:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    else:
-        work = Path(tempfile.mkdtemp(prefix="harmonics-sweep-"))
-    rec = {"cell": job["cell"], "policy": job["policy"], "hash": job["hash"], **node,
-           "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    t0 = time.time()
-    try:
-        run = work / "run"
-        try:
-            from .compare import RUNNERS
-            sc = cell_scenario(job["kind"], job["base"], job["seed"], job["name"])
-            status = RUNNERS[sc.backend](sc, job["policy"], run, job["options"])
-            rec.update(status="ok" if status == "ok" else "partial", detail=status)
-        except Exception as e:                          # noqa: BLE001 - recorded, the rest go on
-            rec.update(status="failed", error=" ".join(f"{type(e).__name__}: {e}".split())[:500],
-                       traceback=traceback.format_exc(limit=8)[-3000:])
-        rec["wall_s"] = round(time.time() - t0, 3)
-        rec["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        run.mkdir(exist_ok=True)
-        (run / RUN_RECORD).write_text(json.dumps(rec, indent=1) + "\n")
-        if local:
-            replace_dir(run, out)
-            return rec
-        return {**rec, "tar": _tar(run)}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def replace_dir(src: Path, dst: Path) -> None:
-    """Move ``src`` to ``dst``, replacing what ``dst`` held (a failed earlier attempt)."""
-    if dst.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
-        os.rmdir(old)
-        os.replace(dst, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.replace(src, dst)
 
 
 # ---------------------------------------------------------------------------
@@ -448,13 +363,14 @@ def execute(ray, sw: Sweep, d: Path, todo: List[dict], skipped: int, max_paralle
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)     # clean up whatever a second Ctrl-C says
         prog.finish()
-        sys.stderr.write(f"interrupted: cancelling the {len(inflight)} runs in flight\n")
-        refs = list(inflight)
-        for ref in refs:                 # a KeyboardInterrupt in the running ones, the rest dropped
-            ray.cancel(ref)
-        ray.wait(refs, num_returns=len(refs), timeout=5)
-        # no force-cancel on top: in Ray 2.60 a second cancel racing a reply can abort the
-        # driver; what still runs ends with the job when Ray shuts down or the driver leaves
+        sys.stderr.write(f"interrupted: stopping the {len(inflight)} runs in flight\n")
+        # no ray.cancel (analysis/sweep_task.py says why): the tracker tells the runs to stop,
+        # and each one stops itself, removing what it made
+        try:
+            tracker.stop.remote()
+            ray.wait(list(inflight), num_returns=len(inflight), timeout=30)
+        except Exception:                   # noqa: BLE001 - Ray going down: nothing left to stop
+            pass
         return False
     prog.finish()
     return True

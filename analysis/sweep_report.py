@@ -27,7 +27,7 @@ from .repeats import ci95
 from .report import (ReportError, _md_table, _num, _read_csv, _write_csv, fmt_r, fmt_s,
                      generate_report, policy_order)
 
-RUN_RECORD = "sweep_run.json"
+from .sweep_task import RUN_RECORD
 COMPLETE = ("ok", "partial")
 RUN_COLS = ["status", "error", "wall_s", "node_id", "node_ip", "hostname"]
 

@@ -112,8 +112,8 @@ def read_psi() -> Optional[int]:
 
 
 def qdisc_stats(devs: Iterable[str]) -> Dict[str, dict]:
-    """Per interface: root qdisc bytes, its backlog (bytes) and per class leaf (qos tree:
-    the pfifo under class 1:1k) bytes and backlog."""
+    """Per interface: root qdisc bytes, its backlog (bytes), the drops of all its qdiscs, and per
+    class leaf (qos tree: the pfifo under class 1:1k) bytes and backlog."""
     want = set(devs)
     try:
         r = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, timeout=5)
@@ -126,6 +126,7 @@ def qdisc_stats(devs: Iterable[str]) -> Dict[str, dict]:
         if dev not in want:
             continue
         d = out.setdefault(dev, {"bytes": 0, "backlog": 0, "child_backlog": 0, "classes": {}})
+        d["drops"] = d.get("drops", 0) + int(q.get("drops", 0))
         if q.get("root"):
             d["bytes"] = int(q.get("bytes", 0))
             d["backlog"] = int(q.get("backlog", 0))
@@ -250,6 +251,11 @@ class Monitor:
                     sat_bytes += qb["bytes"] - qa["bytes"]
                 busy = sorted(k for k in qb["classes"] if k in qa["classes"]
                               and qa["classes"][k][1] > 0 and qb["classes"][k][1] > 0)
+                # htb's promise holds only while the higher class has packets to send: a queue
+                # non-empty at both ends of an interval may still run dry inside it. Judge an
+                # interval only when the highest class had a whole interval's worth queued.
+                if busy and qa["classes"][busy[0]][1] < mbps * 1e6 / 8 * dt:
+                    busy = []
                 if len(busy) >= 2:
                     sent = {k: qb["classes"][k][0] - qa["classes"][k][0] for k in qb["classes"]
                             if k in qa["classes"]}
@@ -260,6 +266,9 @@ class Monitor:
                         comp_all += tot
                         comp_expect += (1.0 - CLASS_GUARANTEE * (len(busy) - 1)) * tot
             rec = {"link": lid, "mbps": mbps, "saturated_s": round(sat_s, 2)}
+            seen = [x["q"][dev] for x in self.samples if dev in x["q"]]
+            if len(seen) >= 2:
+                rec["qdisc_drops"] = seen[-1].get("drops", 0) - seen[0].get("drops", 0)
             if sat_s > 0:
                 rec["achieved_ratio"] = round(sat_bytes * 8 / sat_s / 1e6 / mbps, 4)
             if comp_s > 0:

@@ -32,9 +32,6 @@ def measure_flows(ec: EmulatedCluster, pairs: List[Tuple[str, str]], seconds: fl
                   skip: float = 1.0, cc: Optional[str] = None,
                   started: Optional[list] = None) -> List[FlowResult]:
     """Run one TCP flow per (src, dst) pair concurrently; goodput measured at each receiver."""
-    # let the controller's per-flow rates (polled every second) see earlier flows end, so
-    # that its least-loaded spine choice is not steered by traffic that already stopped
-    time.sleep(2.5)
     py = sys.executable
     servers, clients = [], []
     for i, (src, dst) in enumerate(pairs):
@@ -230,19 +227,31 @@ class UplinkLoad:
     rate_mbps: float
 
 
+def uplink_pairs(c) -> List[Tuple[str, str]]:
+    """One cross-rack flow per host such that the hash route (workloads.cluster.default_spine,
+    what the fabric takes for fair sharing) spreads every ToR's flows over all its uplinks:
+    host i of a rack sends to a host of another rack whose pair hashes to spine i mod spines,
+    each receiver taken once where the choice allows."""
+    from workloads.cluster import default_spine
+    n, pairs, taken = c.spec.spines, [], set()
+    for r in range(c.spec.racks):
+        others = [b for k in range(1, c.spec.racks) for b in c.hosts_in_rack((r + k) % c.spec.racks)]
+        for i, a in enumerate(c.hosts_in_rack(r)):
+            want = [b for b in others if default_spine(a, b, n) == i % n]
+            b = next((b for b in want if b not in taken), want[0] if want else others[0])
+            taken.add(b)
+            pairs.append((a, b))
+    return pairs
+
+
 def uplink_flows(ec: EmulatedCluster, seconds: float) -> Tuple[List[FlowResult], List[UplinkLoad]]:
-    """Concurrent cross-rack flows on every uplink: every host sends one flow to the host in
-    the same position of the next rack (racks x hosts flows at once, so every ToR has more
-    flows than uplinks); per uplink (ToR -> spine egress) the flows the controller put on it
+    """Concurrent cross-rack flows on every uplink: every host sends one flow across racks
+    (``uplink_pairs``: racks x hosts flows at once, every uplink of every ToR in use); per uplink (ToR -> spine egress) the flows the controller put on it
     and the rate the uplink carried, from its qdisc's byte counter (sampled every 0.2 s by
     the fidelity monitor) from 1 s after the last flow started to the flows' end."""
     from .fidelity import Monitor
     c = ec.cluster
-    pairs = []
-    for r in range(c.spec.racks):
-        nxt = (r + 1) % c.spec.racks
-        for a, b in zip(c.hosts_in_rack(r), c.hosts_in_rack(nxt)):
-            pairs.append((a, b))
+    pairs = uplink_pairs(c)
     up_mbps = ec.emu.link_mbps(c.spec.uplink_gbps)
     devs = {ec.intf_name(f"{t}>{sp}"): (f"{t}>{sp}", up_mbps) for t in c.tors for sp in c.spines}
     mon = Monitor(devs, period=0.2).start()

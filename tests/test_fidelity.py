@@ -125,3 +125,24 @@ def test_repeats_table_shows_each_policys_verdicts(tmp_path):
     assert any(l.startswith("| policy") and l.rstrip().endswith("| fidelity |") for l in md.splitlines())
     assert "2/2 faithful" in md and "1/2 faithful (run2 suspect)" in md
     assert "crux run2: suspect: CPU headroom median 0%" in md
+
+
+def _qsample(t, top_backlog, low_backlog, top_bytes, low_bytes):
+    return {"t": t, "idle": 0, "total": 0, "psi": None,
+            "q": {"eth": {"bytes": top_bytes + low_bytes, "backlog": top_backlog + low_backlog, "drops": 0,
+                          "classes": {0: (top_bytes, top_backlog), 1: (low_bytes, low_backlog)}}}}
+
+
+def test_class_share_is_judged_only_while_the_higher_class_stays_backlogged():
+    """A 10 Mbit/s link sampled every 0.1 s (125 KB an interval). Interval 1: the higher class
+    starts with 200 KB queued and gets 90% of what was sent: judged. Interval 2: it starts with
+    only 3 KB queued (it ran dry inside the interval and got 20%): not judged, so the link's
+    share is interval 1's alone."""
+    mon = fidelity.Monitor({"eth": ("tor0-sp0", 10.0)}, period=0.1)
+    mon.samples = [_qsample(0.0, 200_000, 50_000, 0, 0),
+                   _qsample(0.1, 3_000, 50_000, 112_500, 12_500),
+                   _qsample(0.2, 3_000, 50_000, 112_500 + 25_000, 12_500 + 100_000)]
+    rec = mon.link_figures()["eth"]
+    assert rec["competing_s"] == pytest.approx(0.1)
+    assert rec["top_class_share"] == pytest.approx(0.9)
+    assert rec["qdisc_drops"] == 0

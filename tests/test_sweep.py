@@ -11,6 +11,7 @@ import math
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def test_interrupted_sweep_resumes_only_the_missing_runs(cluster, tmp_path):
     f = sweep_file(tmp_path, "killed", "  cluster.oversubscription: [1, 2, 4]", seeds="[0, 1, 2]",
                    iterations=150, jobs=6)
     out = tmp_path / "out"
+    scratch_before = set(Path(tempfile.gettempdir()).glob("harmonics-sweep-*"))
     p = subprocess.Popen([sys.executable, "-m", "analysis", "sweep", str(f), "--address",
                           cluster["address"], "--out", str(out), "--no-plots"], cwd=REPO,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -127,6 +129,11 @@ def test_interrupted_sweep_resumes_only_the_missing_runs(cluster, tmp_path):
     assert 2 <= len(before) < 18
     assert all(r["status"] == "ok" for r in before.values())
     assert not leftovers(out)                    # cancelled runs left no partial directory
+    # nor did the runs on the other node (their scratch is in the temp folder, not under out)
+    t0 = time.time()
+    while set(Path(tempfile.gettempdir()).glob("harmonics-sweep-*")) - scratch_before and time.time() - t0 < 10:
+        time.sleep(0.2)
+    assert not set(Path(tempfile.gettempdir()).glob("harmonics-sweep-*")) - scratch_before
     info = json.loads((out / "sweep.json").read_text())
     assert info["invocations"][0]["status"] == "interrupted"
     partial = rows(out)
