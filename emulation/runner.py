@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import shutil
 import math
 import os
 import secrets
@@ -276,6 +277,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
                 except subprocess.TimeoutExpired:
                     p.kill()
             ec.stop()
+            shutil.rmtree(out / "done", ignore_errors=True)   # the controller's end-of-job markers
             info["wall_s"] = time.time() - t_begin
             (out / "run.json").write_text(json.dumps(info, indent=1, default=str))
     rows = collect(rs, policy, out, isolated)
