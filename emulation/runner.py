@@ -26,10 +26,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import shutil
 import math
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
