@@ -10,6 +10,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test that brings an emulated cluster up (through the emulation_ready fixture,
+    directly or by another fixture) carries the ``stack`` marker: ``-m "not stack"`` runs the
+    rest, which need neither root nor Open vSwitch."""
+    for item in items:
+        if "emulation_ready" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.stack)
+
+
 def run_cli(*args, timeout=300, **kw):
     """Run `python -m ...` from the repo as a user would."""
     return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True,
