@@ -2,7 +2,7 @@
 for a finished run (emulated or simulated), read from its files, on 127.0.0.1 only.
 
 The page, the API and the readers are the controller's own (controllers/rest.py,
-analysis/rundata.py): a finished run looks as it did live.  Ctrl-C (or SIGTERM) stops it.
+runs/rundata.py): a finished run looks as it did live.  Ctrl-C (or SIGTERM) stops it.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The controller's side of the workers' job agents (no os-ken, no Mininet).
 
-Down: the control file of each job (format in emulation/jobspec.py) carries the job's DSCP,
+Down: the control file of each job (format in runs/control.py) carries the job's DSCP,
 its decided start-time shift and the phase controller's corrections: one-time delays of an
 iteration start that every rank applies at the same iteration.
-Up: the telemetry file of each job (format in emulation/worker.py, ``TELEMETRY_HEADER``):
+Up: the telemetry file of each job (format in runs/logs.py, ``TELEMETRY_HEADER``):
 iteration starts and collective starts with wall-clock timestamps, tailed every epoch.
 
 Every epoch ``ControlChannel.apply`` writes what the decisions changed.  Every counter poll
@@ -23,8 +23,9 @@ from typing import Callable, Dict, List, Mapping, Optional
 from scheduling.base import Decision
 from scheduling.phase import (PhaseConfig, PhaseController, job_links, phase_inputs,
                                           phase_rows)
-from emulation.jobspec import write_control
-from emulation.qos import class_dscp
+from scheduling.classes import priority_dscp
+from runs.control import write_control
+from runs.logs import parse_telemetry_line
 
 HISTORY = 16
 
@@ -51,13 +52,10 @@ class TelemetryTail:
         lines = data.split(b"\n")
         self.partial = lines.pop()
         for ln in lines:
-            parts = ln.decode("ascii", "replace").split(",")
-            if len(parts) != 4 or parts[0] == "iteration":
+            rec = parse_telemetry_line(ln.decode("ascii", "replace"))
+            if rec is None:
                 continue
-            try:
-                it, ev, ph, t = int(parts[0]), parts[1], int(parts[2]), float(parts[3])
-            except ValueError:
-                continue
+            it, ev, _, t = rec
             if ev == "iter":
                 self.starts.append((it, t))
                 self.latest = max(self.latest, it)
@@ -105,7 +103,7 @@ class ControlChannel:
         corrections since the last epoch."""
         for job, d in decisions.items():
             seq, last, at, last_dscp, sent = self.state.get(job, (0, 0.0, None, None, 0.0))
-            dscp = class_dscp(min(max(d.priority, 0), self.num_classes - 1), self.num_classes)
+            dscp = priority_dscp(d.priority, self.num_classes)
             new_shift = abs(d.shift_s - last) > 1e-6 and d.shift_s > 1e-9  # zero: no delay
             if new_shift:
                 seq += 1

@@ -39,7 +39,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 from routes import Mapper
 from webob import Request, Response
 
-from analysis.rundata import RunData, append_jsonl, clean
+from runs.files import append_jsonl
+from runs.rundata import RunData, clean
 
 LOG = logging.getLogger("harmonics.rest")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -155,7 +156,7 @@ class ControllerBase:
         if not isinstance(text, str) or not text.strip() or len(text) > 500:
             raise HTTPError(400, "field 'text': a non-empty string of at most 500 characters")
         note = {"time_s": self.live.trace_now(), "text": text.strip(), "posted": time.time()}
-        append_jsonl(self.data.dir / "notes.jsonl", note)
+        append_jsonl(self.data.dir / "notes.jsonl", clean(note))
         return json_response({"ok": True, "note": note}, status=201)
 
     def legacy_status(self, req: Request) -> Response:
@@ -329,4 +330,4 @@ class LiveView:
         for lid, cls in self._seen:               # a class that went quiet drops to zero
             rec.setdefault(lid, {}).setdefault(cls, 0.0)
         if rec:
-            append_jsonl(self.data.dir / "throughput.jsonl", {"t": (now - start) / ts, "links": rec})
+            append_jsonl(self.data.dir / "throughput.jsonl", clean({"t": (now - start) / ts, "links": rec}))

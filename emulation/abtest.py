@@ -31,8 +31,9 @@ from typing import Dict, List
 import numpy as np
 import yaml
 
+from runs.logs import read_worker_log
+
 from .jobspec import TUNING_DEFAULTS
-from .worker import read_worker_log
 
 LOCK = "/tmp/harmonics-stack.lock"
 EMU_KEYS = ("gso_max_bytes", "capture", "tcp_cc", "bandwidth_scale")

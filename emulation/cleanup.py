@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Iterable, List, Optional
 
+from runs.files import atomic_write_json
+
 STATE_DIR = Path(os.environ.get("HARMONICS_STATE_DIR", "/run/harmonics"))
 
 
@@ -87,9 +89,7 @@ class RunState:
         self._save()
 
     def _save(self):
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
+        atomic_write_json(self.path, self.data, indent=None)
 
     def add_bridges(self, names: Iterable[str]):
         self.data["bridges"] += list(names)

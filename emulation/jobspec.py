@@ -36,18 +36,8 @@ Format (``"format": "harmonics-job-spec/1"``)::
     ]
   }
 
-Control file (written by the controller, read by every rank before each iteration;
-write it atomically: temp file + rename)::
-
-  {"shift_s": 0.3, "seq": 4}                     # delay the next iteration start by 0.3 s
-  {"shift_s": 0.3, "seq": 4, "at_iteration": 7}  # ... the start of iteration 7 (race-free)
-
-A shift is applied once per new ``seq``.  Without ``at_iteration`` each rank applies it
-at the next iteration it starts; if the file is replaced exactly while the ranks are
-between iterations (a window of a few ms), ranks can disagree by one iteration and the
-job is delayed up to twice.  ``at_iteration`` (an iteration index, 0-based, not yet
-started: e.g. the last logged iteration + 2) makes every rank apply it at the same one.
-``shift_s`` is in emulated seconds.
+Control file (written by the controller, read by every rank before each iteration): its
+format, and the workers' log and telemetry formats, are runs/control.py's and runs/logs.py's.
 
 Ports: a job is recognised on the wire by its port range [port_base, port_base + n).
 Connections are opened from ephemeral ports, so job ranges must lie outside the
@@ -61,6 +51,9 @@ import math
 import os
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Union
+
+from runs.files import atomic_write_json
+from runs.logs import LOG_HEADER, TELEMETRY_HEADER
 
 FORMAT = "harmonics-job-spec/1"
 
@@ -206,38 +199,18 @@ def write_job_spec(job, cluster, emulation, out_path: Union[str, Path], *, port_
     """Write the job's spec JSON to ``out_path`` (atomically) and start its log file with
     the CSV header (truncating an old one); return the spec dict.  Keyword options as
     ``job_spec`` (io_timeout_s, connect_timeout_s, dscp, ip_of, iterations)."""
-    from .worker import LOG_HEADER  # the worker owns the log format
     spec = job_spec(job, cluster, emulation, port_base=port_base, start_at=start_at,
                     control_dir=control_dir, log_path=log_path, **kw)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     Path(control_dir).mkdir(parents=True, exist_ok=True)
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    tmp.write_text(json.dumps(spec, indent=1) + "\n")
-    os.replace(tmp, out_path)
+    atomic_write_json(out_path, spec)
     Path(log_path).write_text(LOG_HEADER + "\n")
     if spec.get("telemetry_path"):
-        from .worker import TELEMETRY_HEADER
         Path(spec["telemetry_path"]).parent.mkdir(parents=True, exist_ok=True)
         Path(spec["telemetry_path"]).write_text(TELEMETRY_HEADER + "\n")
     return spec
-
-
-def write_control(path: Union[str, Path], shift_s: float, seq: int,
-                  at_iteration: Optional[int] = None, dscp: Optional[int] = None) -> None:
-    """Write a control file atomically (what the controller does).  ``dscp``: the mark the
-    workers put on their packets from now on (state, not an event: it does not need a new
-    seq)."""
-    d = {"shift_s": float(shift_s), "seq": int(seq)}
-    if at_iteration is not None:
-        d["at_iteration"] = int(at_iteration)
-    if dscp is not None:
-        d["dscp"] = int(dscp)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(d))
-    os.replace(tmp, path)
 
 
 def load_job_spec(path: Union[str, Path]) -> dict:

@@ -14,24 +14,17 @@ carries this tree (replacing Mininet's single htb class):
 htb gives every class its guaranteed rate before lending the rest by prio, so the
 guarantee is the one departure from strict priority: a low class saturated under a
 saturated high class keeps about GUARANTEE_FRACTION of the link (measured in
-tests/test_enforcement.py).
+tests/test_enforcement.py).  Which DSCP is which class is the controller's and the
+hosts' common contract, scheduling/classes.py.
 """
 from __future__ import annotations
 
 import subprocess
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, List
 
-# DSCP of priority class k (k = 0 highest); the last class is best effort
-CLASS_DSCP: Sequence[int] = (46, 34, 26, 18, 10, 12, 4, 0)
-MAX_CLASSES = len(CLASS_DSCP)
+from scheduling.classes import class_dscp
+
 GUARANTEE_FRACTION = 0.02
-
-
-def class_dscp(k: int, num_classes: int) -> int:
-    """DSCP of class k among num_classes; the lowest class is always best effort (0)."""
-    if not 0 <= k < num_classes <= MAX_CLASSES:
-        raise ValueError(f"class {k} of {num_classes}")
-    return 0 if k == num_classes - 1 else CLASS_DSCP[k]
 
 
 def tree_commands(dev: str, mbps: float, num_classes: int) -> List[List[str]]:
@@ -77,16 +70,3 @@ def install_classes_map(devs: Dict[str, float], num_classes: int) -> None:
     for dev, mbps in devs.items():
         install_classes([dev], mbps, num_classes)
 
-
-def class_bytes(dev: str) -> dict:
-    """Bytes sent per class on an interface (from `tc -s class show`)."""
-    out = subprocess.run(["tc", "-s", "class", "show", "dev", dev], capture_output=True, text=True, errors="replace").stdout
-    res, cur = {}, None
-    for line in out.splitlines():
-        parts = line.split()
-        if parts[:2] == ["class", "htb"]:
-            cur = parts[2]
-        elif parts and parts[0] == "Sent" and cur is not None:
-            res[cur] = int(parts[1])
-            cur = None
-    return res

@@ -41,12 +41,12 @@ import numpy as np
 from workloads.scenario import ResolvedScenario, Scenario, ScenarioError, dump_scenario, load_scenario, resolve
 
 from scheduling.phase import phase_rows_from_records, phase_summary, write_phase_csv
+from runs.logs import read_worker_log
 
 from . import fidelity, qos
 from .jobspec import WARMUP_ITERATIONS, default_port_bases, tuning, write_job_spec
 from .net import EmulatedCluster, terminate_as_exception
 from .topo import check_emulable
-from .worker import read_worker_log
 
 def known_policies() -> tuple:
     """The scheduler registry's policies, plus 'static' (decisions from a file)."""

@@ -26,29 +26,16 @@ jobspec.py); then run the phases.  A compute phase is a sleep.  A collective wit
 compute goes on alongside; collectives run one after another in phase order; a phase
 after them starts when everything before it (compute included) has ended.
 
-Log (CSV, appended one whole line per write to the spec's log_path, shared by the job's
-ranks; header ``LOG_HEADER``; times in emulated seconds relative to the job's start_at;
-divide by the spec's scale.time_scale for trace seconds; bytes are emulated bytes,
-multiply by scale.bytes_scale for trace bytes):
-
-  status ready    iteration -1; start_s = launch, end_s = all connections up;
-                  detail lists the peers and the spec's time_scale and bytes_scale
-  status ok       one iteration: start_s, compute_s (sum of the compute phases),
-                  comm_s (sum of the collectives' wall durations, overlapped parts included),
-                  end_s, sent_bytes / recv_bytes (payload this rank sent / received),
-                  shift_s (control shift applied before this iteration)
-  status done     iteration = iterations run; start_s = first start, end_s = last end,
-                  compute_s / comm_s / sent / recv = totals; exit code 0
-  status fail     peer lost (EOF, reset, no progress for io_timeout_s), connect deadline
-                  missed or a setup error; iteration = the one in progress (-1 before);
-                  end_s = time of failure; detail = reason; exit code 1 (2: bad spec/setup)
-  status stopped  SIGTERM/SIGINT; exit code 128+signal
+Log and telemetry: one whole line per write (runs/logs.py has both formats): every rank
+appends its iterations, its start-up and its end to the spec's log_path (shared by the job's
+ranks); rank 0 appends its iteration and collective starts to the telemetry_path.  Exit
+codes: 0 done, 1 a peer lost or a connect deadline missed, 2 a bad spec or setup, 128+signal
+on SIGTERM/SIGINT.
 """
 from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import selectors
 import signal
@@ -59,16 +46,10 @@ import time
 import zlib
 from typing import Dict, List, Optional, Tuple
 
-from .jobspec import JobSpecError, collectives_of, load_job_spec
+from runs.control import read_control
+from runs.logs import log_line, telemetry_line
 
-LOG_HEADER = ("job,rank,iteration,start_s,compute_s,comm_s,end_s,"
-              "sent_bytes,recv_bytes,shift_s,status,detail")
-LOG_FIELDS = LOG_HEADER.split(",")
-# The job agent's telemetry channel (rank 0 of each job; the controller tails it every epoch
-# for phase control): one line per event, t = absolute wall-clock seconds (time.time()):
-#   iter  iteration starts (after any control delay), phase = -1
-#   comm  collective phase ``phase`` (index in the spec's phases) starts
-TELEMETRY_HEADER = "iteration,event,phase,t"
+from .jobspec import JobSpecError, collectives_of, load_job_spec
 
 HELLO = struct.Struct("!4sII")   # magic, crc32(job name), sender rank
 MAGIC = b"HMNC"
@@ -94,10 +75,6 @@ class Terminated(BaseException):
 
 def _on_signal(signum, frame):
     raise Terminated(signum)
-
-
-def _clean(s: str) -> str:
-    return " ".join(str(s).replace(",", ";").split())
 
 
 # ---------------------------------------------------------------------------
@@ -188,17 +165,14 @@ class Worker:
 
     def log(self, iteration, start_s, compute_s, comm_s, end_s, sent, recv, shift, status,
             detail="") -> None:
-        def f(x):
-            return "" if x is None else f"{x:.6f}"
-        line = (f"{self.job},{self.rank},{iteration},{f(start_s)},{f(compute_s)},{f(comm_s)},"
-                f"{f(end_s)},{'' if sent is None else sent},{'' if recv is None else recv},"
-                f"{f(shift)},{status},{_clean(detail)}\n")
         if self.log_fd is not None:
-            os.write(self.log_fd, line.encode())
+            os.write(self.log_fd, log_line(self.job, self.rank, iteration, start_s, compute_s,
+                                           comm_s, end_s, sent, recv, shift, status,
+                                           detail).encode())
 
     def telemetry(self, iteration: int, event: str, phase: int, t: float) -> None:
         if self.tele_fd is not None:
-            os.write(self.tele_fd, f"{iteration},{event},{phase},{t:.6f}\n".encode())
+            os.write(self.tele_fd, telemetry_line(iteration, event, phase, t).encode())
 
     def log_end(self, status: str, detail: str) -> None:
         self.log(self.iteration, None if self.it_start is None else self.rel(self.it_start),
@@ -410,19 +384,10 @@ class Worker:
 
     # -- control ----------------------------------------------------------
     def control_shift(self, iteration: int) -> float:
-        path = self.spec.get("control_path")
-        if not path:
-            return 0.0
-        try:
-            with open(path) as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            return 0.0
-        except (OSError, ValueError):
-            return 0.0  # being replaced or garbage: look again next iteration
-        if isinstance(d, dict) and d.get("dscp") is not None:
+        d = read_control(self.spec.get("control_path"))  # None: none yet, or being replaced
+        if d is not None and d.get("dscp") is not None:
             self.set_dscp(d["dscp"])
-        if not isinstance(d, dict) or "seq" not in d or d["seq"] == self.last_seq:
+        if d is None or "seq" not in d or d["seq"] == self.last_seq:
             return 0.0
         at = d.get("at_iteration")
         if at is not None and iteration < int(at):
@@ -533,26 +498,6 @@ def _sleep_until(t: float) -> None:
         time.sleep(min(d, 1.0))
 
 
-def read_worker_log(path) -> List[dict]:
-    """The log's lines as dicts (numbers converted; empty fields None)."""
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line or line == LOG_HEADER:
-                continue
-            parts = line.split(",", len(LOG_FIELDS) - 1)
-            if len(parts) != len(LOG_FIELDS):
-                continue
-            d = dict(zip(LOG_FIELDS, parts))
-            for k in ("rank", "iteration", "sent_bytes", "recv_bytes"):
-                d[k] = int(d[k]) if d[k] != "" else None
-            for k in ("start_s", "compute_s", "comm_s", "end_s", "shift_s"):
-                d[k] = float(d[k]) if d[k] != "" else None
-            rows.append(d)
-    return rows
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Harmonics synthetic GPU worker (one rank of a job)")
     ap.add_argument("--spec", required=True, help="job spec JSON (emulation/jobspec.py)")
@@ -590,7 +535,8 @@ def main(argv=None) -> int:
         if w is not None:
             w.log_end("fail", msg)
         else:
-            os.write(fd, f"{spec['job']},{args.rank},-1,,,,,,,,fail,{_clean(msg)}\n".encode())
+            os.write(fd, log_line(spec["job"], args.rank, -1, None, None, None, None, None, None,
+                                  None, "fail", msg).encode())
         return EXIT_SETUP
     finally:
         if w is not None:

@@ -15,11 +15,12 @@ import pytest
 from emulation.pcap import (JobPorts, PcapError, _Coverage, analyze_pcap, compare_bytes,
                             expected_job_bytes, expected_link_bytes, load_port_map,
                             relative_error)
-from emulation.worker import read_worker_log
+from runs.logs import read_worker_log
 from tests.test_worker import (REPO, free_port_base, job_dict, make_resolved, start_workers,
                                wait_all)
 from workloads.scenario import dump_scenario, parse_scenario, resolve
-from emulation.jobspec import write_control, write_job_spec
+from emulation.jobspec import write_job_spec
+from runs.control import write_control
 
 
 def _start_tcpdump(pcap: Path, lo: int, hi: int) -> subprocess.Popen:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from emulation.jobspec import (JobSpecError, collectives_of, default_port_bases, job_spec,
-                               write_control, write_job_spec)
-from emulation.worker import LOG_HEADER, read_worker_log
+                               write_job_spec)
+from runs.control import write_control
+from runs.logs import LOG_HEADER, read_worker_log
 from workloads.flows import collective_flows
 from workloads.scenario import EmulationSpec, parse_scenario, resolve
 

@@ -8,7 +8,8 @@ The readers never raise on a file that is missing, half-written (a run still app
 it) or malformed: what cannot be read is left out, and the sections that have no data say
 ``"available": false``.
 
-Files read (see emulation/runner.py and simulation/output.py for their writers):
+Files read (see emulation/runner.py and simulation/output.py for their writers; the workers'
+logs' format is runs/logs.py's):
   scenario.yaml          name, back end, jobs and their iteration counts, emulation scaling
   run.json               status, policy, "fidelity" (the fidelity monitor's verdict)
   logs/JOB.csv           the workers' iteration logs (emulated; read while a run is going)
@@ -32,6 +33,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import yaml
+
+from .files import read_jsonl
+from .logs import read_worker_log
 
 NOT_AVAILABLE = {"available": False}
 
@@ -98,19 +102,6 @@ def _read_yaml(p: Path):
 def _read_json(p: Path):
     d = json.loads(p.read_text())
     return d if isinstance(d, dict) else {}
-
-
-def _read_jsonl(p: Path) -> List[dict]:
-    out = []
-    with open(p) as f:
-        for line in f:
-            try:
-                d = json.loads(line)
-            except ValueError:       # a line still being written, or damaged
-                continue
-            if isinstance(d, dict):
-                out.append(d)
-    return out
 
 
 def _read_csv(p: Path) -> List[dict]:
@@ -197,7 +188,6 @@ class RunData:
                 if r.get("job") and it is not None and a is not None and b is not None:
                     per.setdefault(r["job"], {}).setdefault(it, []).append(b - a)
             return per
-        from emulation.worker import read_worker_log  # the workers' own log format
         ts = self.scaling()[0]
         logs = self.dir / "logs"
         for p in sorted(logs.glob("*.csv")) if logs.is_dir() else []:
@@ -227,7 +217,7 @@ class RunData:
         ts = self.scaling()[0]
         recs = []
         if (self.dir / "decisions.jsonl").exists():
-            for r in self._file("decisions.jsonl", _read_jsonl, []):
+            for r in self._file("decisions.jsonl", read_jsonl, []):
                 ep = _int(r.get("epoch"))
                 if ep is None:
                     continue
@@ -258,14 +248,14 @@ class RunData:
 
     def notes(self) -> List[dict]:
         return [{"time_s": _num(n.get("time_s")), "text": str(n.get("text", ""))[:500]}
-                for n in self._file("notes.jsonl", _read_jsonl, [])]
+                for n in self._file("notes.jsonl", read_jsonl, [])]
 
     def throughput(self) -> dict:
         """Per-link throughput by class: series of (time, Gb/s)."""
         series: Dict[tuple, dict] = {}
         if (self.dir / "throughput.jsonl").exists():
             source = "controller flow counters (emulated), per class of the flow's job"
-            for s in self._file("throughput.jsonl", _read_jsonl, []):
+            for s in self._file("throughput.jsonl", read_jsonl, []):
                 t = _num(s.get("t"))
                 links = s.get("links")
                 if t is None or not isinstance(links, dict):
@@ -292,10 +282,9 @@ class RunData:
         """Phase control's measurements and corrections, where the run recorded them:
         phase.csv of a finished run (either back end), else the phase samples the controller
         appends to decisions.jsonl while the run goes (docs/phase-control.md)."""
-        from scheduling.phase import phase_rows_from_records
         rows = self._file("phase.csv", _read_csv, []) if (self.dir / "phase.csv").exists() else []
         if not rows and (self.dir / "decisions.jsonl").exists():
-            rows = phase_rows_from_records(self._file("decisions.jsonl", _read_jsonl, []))
+            rows = _phase_rows(self._file("decisions.jsonl", read_jsonl, []))
         per: Dict[str, dict] = {}
         corrections = []
         for r in rows:
@@ -349,7 +338,13 @@ def _decision(d: dict) -> dict:
             "flow_spines": fs if isinstance(fs, dict) else {}, "reason": str(d.get("reason") or "")}
 
 
-def append_jsonl(path, record: dict) -> None:
-    """Append one JSON line (the writer side of throughput.jsonl and notes.jsonl)."""
-    with open(path, "a") as f:
-        f.write(json.dumps(clean(record), sort_keys=True) + "\n")
+def _phase_rows(records: List[dict]) -> List[dict]:
+    """phase.csv rows from the controller's epoch records (decisions.jsonl): each record
+    carries the phase samples taken since the epoch before it (as
+    scheduling.phase.phase_rows_from_records, which the runner uses for phase.csv)."""
+    out = []
+    for rec in records:
+        for row in rec.get("phase_samples") or []:
+            if isinstance(row, dict):
+                out.append({**row, "epoch": rec.get("epoch")})
+    return out
