@@ -106,7 +106,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          out=a.out, plots=not a.no_plots, argv=argv[1:])
     if a.cmd == "compare" and a.bench_csv is None and REFERENCE_BENCH.is_file():
         a.bench_csv = str(REFERENCE_BENCH)   # copied into DIR: the report stays self-contained
-    from .report import ReportError
+    from .results import ReportError
     try:
         if a.cmd == "compare":
             from .compare import run_compare
@@ -123,7 +123,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .repeats import summary_text as repeats_text
             print(repeats_text(aggregate(a.dir, plots=not a.no_plots)))
             return 0
-        from .report import generate_report, summary_text
+        from .markdown import summary_text
+        from .report import generate_report
         rep = generate_report(a.dir, bin_s=a.bin, bench_csv=a.bench_csv, plots=not a.no_plots)
         print(summary_text(rep))
         return 0

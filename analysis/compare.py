@@ -160,7 +160,9 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
     """The compare command (see the module docstring).  ``runners`` replaces the back ends'
     run functions (backend -> f(scenario, policy, out_dir, opts) -> status), for tests.
     ``summary`` False: the report is written but its table not printed."""
-    from .report import BENCH_COPY, ReportError, generate_report, summary_text
+    from .markdown import summary_text
+    from .report import BENCH_COPY, generate_report
+    from .results import ReportError
     opts = opts or {}
     runners = {**RUNNERS, **(runners or {})}
     try:
