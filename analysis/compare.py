@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from runs.files import atomic_write_json
 from workloads.scenario import Scenario, ScenarioError, dump_scenario, load_scenario, resolve
 
 
@@ -121,11 +122,8 @@ RUNNERS: Dict[str, Callable[[Scenario, str, Path, dict], str]] = {
 }
 
 
-def write_json(path: Path, obj: dict) -> None:
-    """Write ``obj`` to ``path`` atomically (a reader never sees half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
+# compare.json and the other records of a results directory: written atomically (runs.files)
+write_json = atomic_write_json
 
 
 def command_line(argv: Optional[List[str]], default: List[str]) -> str:

@@ -13,6 +13,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import yaml
 
+from runs.summary import job_summary, steady_from
+
 from .captures import PcapCheck, load_captures, priority_check
 from .tables import finite, fmt_s, num, policy_order, ratio, read_csv
 
@@ -145,8 +147,7 @@ class PolicyRun:
         iterations than the warm-up (then all count)."""
         cache = self.__dict__.setdefault("_steady", {})
         if job not in cache:
-            n = len({r[2] for r in self.iterations if r[0] == job})
-            cache[job] = self.warmup if n > self.warmup else 0
+            cache[job] = steady_from(len({r[2] for r in self.iterations if r[0] == job}), self.warmup)
         return cache[job]
 
 
@@ -168,14 +169,16 @@ def _job_results(run: PolicyRun, sc: ScenarioInfo, summary: Dict[str, dict],
         jr = JobResult(name)
         rows = [r for r in run.iterations if r[0] == name]
         srow = summary.get(name, {})
-        if rows:
-            steady = [r for r in rows if r[2] >= run.steady_from(name)] or rows
-            its = np.array([r[6] - r[3] for r in steady])
-            jr.iterations = len({r[2] for r in rows})
-            jr.mean_iter_s = float(its.mean())
-            jr.p99_iter_s = float(np.percentile(its, 99))
-            jr.mean_comm_s = float(np.mean([r[5] for r in steady]))
-            jr.jct_s = max(r[6] for r in rows)
+        iso = isolated.get(name, math.nan)
+        if not finite(iso):
+            iso = ratio(num(srow.get("mean_iter_s")), num(srow.get("slowdown_vs_isolated")))
+        jr.isolated_iter_s = iso
+        if rows:                                     # the figures of the back ends' summary.csv
+            st = job_summary(rows, run.warmup, isolated_s=iso)
+            jr.iterations = st["iterations"]
+            jr.mean_iter_s, jr.p99_iter_s = st["mean_iter_s"], st["p99_iter_s"]
+            jr.mean_comm_s, jr.jct_s = st["mean_comm_s"], st["jct_s"]
+            jr.slowdown = st["slowdown_vs_isolated"]
             s_mean = num(srow.get("mean_iter_s"))
             if finite(s_mean) and abs(s_mean - jr.mean_iter_s) > 1e-3 * max(abs(s_mean), 1e-9):
                 jr.notes.append(f"summary.csv says mean {fmt_s(s_mean)} s")
@@ -186,17 +189,13 @@ def _job_results(run: PolicyRun, sc: ScenarioInfo, summary: Dict[str, dict],
             jr.p99_iter_s = num(srow.get("p99_iter_s"))
             jr.mean_comm_s = num(srow.get("mean_comm_s"))
             jr.jct_s = num(srow.get("jct_s"))
+            jr.slowdown = ratio(jr.mean_iter_s, iso)
             jr.notes.append("from summary.csv (no iterations.csv)")
         want = sc.iterations.get(name)
         if want is not None and jr.iterations < want:
             jr.finished = False
             jr.jct_s = math.nan
             jr.notes.append(f"unfinished ({jr.iterations}/{want} iterations)")
-        iso = isolated.get(name, math.nan)
-        if not finite(iso):
-            iso = ratio(num(srow.get("mean_iter_s")), num(srow.get("slowdown_vs_isolated")))
-        jr.isolated_iter_s = iso
-        jr.slowdown = ratio(jr.mean_iter_s, iso)
         run.jobs[name] = jr
 
 
