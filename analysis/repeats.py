@@ -272,8 +272,9 @@ def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts
     """compare --runs N: N complete comparisons into DIR/run<k>/, then the aggregation.
     Exit 2 (nothing written) for bad input, 130 if interrupted (what finished is aggregated),
     1 if some policy failed in some run, else 0."""
+    from runs.files import atomic_write_json
     from .compare import (RUNNERS, CompareError, check_compare, command_line, default_out, progress,
-                          run_compare, write_json)
+                          run_compare)
     from workloads.scenario import ScenarioError
     allr = {**RUNNERS, **(runners or {})}
     try:
@@ -291,7 +292,7 @@ def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts
     cmd = command_line(argv, [str(scenario_path), "--runs", str(runs)])
     info = {"scenario": sc.name, "scenario_path": str(scenario_path), "runs": runs,
             "command": cmd, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "exit_codes": []}
-    write_json(d / REPEATS_JSON, info)
+    atomic_write_json(d / REPEATS_JSON, info)
     progress(f"{sc.name}: {runs} runs of every policy -> {d}")
     if sc.backend == "simulation":
         progress("note: the simulator is deterministic; its runs will agree (zero-width intervals)")
@@ -301,12 +302,12 @@ def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts
         rc = run_compare(scenario_path, policies, str(d / f"run{k}"), opts, runners,
                          argv=argv, summary=False)
         info["exit_codes"].append(rc)
-        write_json(d / REPEATS_JSON, info)
+        atomic_write_json(d / REPEATS_JSON, info)
         worst = max(worst, rc)
         if rc not in (0, 1):          # 130: interrupted; 2: could not start
             break
     info["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    write_json(d / REPEATS_JSON, info)
+    atomic_write_json(d / REPEATS_JSON, info)
     try:
         res = aggregate(d, plots=opts.get("plots", True))
     except ReportError as e:

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from runs.files import atomic_write_json
+
 from .repeats import ci95
 from .report import generate_report
 from .results import ReportError
@@ -42,13 +44,12 @@ def _record(d: Path) -> Optional[dict]:
 
 def finish_cell(cd: Path, info: dict, cell: dict, plots: bool = False) -> None:
     """A cell's compare.json and compare's report (comparison.csv, .md) from its runs."""
-    from .compare import write_json
     pols = info["policies"]
     recs = {p: _record(cd / p) or {"status": "not run"} for p in pols}
     runs = {p: {k: r[k] for k in ("status", "detail", "error", "wall_s") if k in r}
             for p, r in recs.items()}
     cd.mkdir(parents=True, exist_ok=True)
-    write_json(cd / "compare.json", {
+    atomic_write_json(cd / "compare.json", {
         "scenario": f"{info['sweep']}-{cell['id']}", "backend": info.get("backend"),
         "policies": pols, "command": f"python -m analysis sweep {info.get('file')} (cell {cell['id']})",
         "options": info.get("options"), "cell": {"labels": dict(cell["labels"]), "seed": cell["seed"]},
