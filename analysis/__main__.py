@@ -50,6 +50,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "its last decisions)")
     c.add_argument("--max-time", type=positive_float, default=None, metavar="S",
                    help="simulator: stop at this trace time")
+    c.add_argument("--run-timeout", type=positive_float, default=None, metavar="S",
+                   help="simulator: run each policy in its own process and kill it after S "
+                        "seconds of wall time (that run fails, the next one runs)")
     c.add_argument("--runs", type=positive_int, default=1, metavar="N",
                    help="run the whole comparison N times (DIR/run1 .. runN) and report each "
                         "figure as a mean with its 95%% confidence interval (DIR/repeats.md)")
@@ -96,6 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "decision_budget": a.decision_budget,
                     "max_time": a.max_time, "bin_s": a.bin, "bench_csv": a.bench_csv,
                     "plots": not a.no_plots}
+            if a.run_timeout is not None:
+                opts["run_timeout"] = a.run_timeout
             if a.runs > 1:
                 from .repeats import run_repeats
                 return run_repeats(a.scenario, a.policies, a.out, opts, a.runs, argv=argv[1:])
