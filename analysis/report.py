@@ -20,7 +20,7 @@ Conventions (the same as the back ends' summary.csv):
   * times are trace seconds; iteration time = end_s - start_s of one worker's iteration;
     the first ``warmup_iterations`` of each job (run.json; 1 in results that do not
     record it) are left out of means and percentiles, unless the job ran no more
-    iterations than that (emulation.jobspec.WARMUP_ITERATIONS: one rule for both back ends);
+    iterations than that (runs.summary: one rule and one computation for both back ends);
   * fidelity (emulator): run.json's "fidelity" verdict, ``faithful`` or ``suspect: ...``
     (emulation/fidelity.py), at the top of the report and in comparison.csv;
   * per job: mean and p99 iteration time, mean communication time, JCT = the last end_s
