@@ -26,8 +26,12 @@ Model (documented choices; docs in simulation/README.md):
   (priority class, rate caps, spine / per-pair spines, start-time shift) are enforced from
   that instant on.  Paths of flows in flight are re-routed when a decision changes their
   spine (an SDN route change).  A shift is applied once per new value, as the controller does.
+
+The parts: this module (the event loop, the jobs' state machine, ``simulate``),
+``simulation.config`` (SimConfig and constants), ``simulation.jobs`` (steps and runtime
+objects), ``simulation.rates`` (flow and rate state), ``simulation.control`` (the policy's
+epochs and faults) and ``simulation.results`` (SimResult; per-job figures by ``runs.summary``).
 """
-from __future__ import annotations
 from __future__ import annotations
 
 import heapq
