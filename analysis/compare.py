@@ -123,9 +123,11 @@ def run_one_simulation_process(sc: Scenario, policy: str, out: Path, opts: dict)
     ``opts["run_timeout"]`` seconds of wall time (then this run fails and the next one runs).
     Used for the simulator when --run-timeout is given."""
     import subprocess
+    from emulation.jobspec import WARMUP_ITERATIONS
     limit = float(opts["run_timeout"])
     cmd = [sys.executable, "-m", "simulation", "run", str(out.parent / "scenario.yaml"),
-           "--policy", policy, "--out", str(out), "--quiet"]
+           "--policy", policy, "--out", str(out), "--quiet",
+           "--warmup", str(WARMUP_ITERATIONS)]           # the emulator's warm-up rule, as in-process
     for key, flag in (("decision_timeout", "--decision-timeout"),
                       ("decision_budget", "--decision-budget"), ("max_time", "--max-time")):
         if opts.get(key) is not None:

@@ -52,7 +52,7 @@ def _config(a):
                      max_time_s=a.max_time,
                      intra_host_gbps=a.intra_host_gbps, isolated=not a.no_isolated,
                      measured_view=not a.declared_view, progress=not a.quiet, poll_s=a.poll,
-                     estimate_profiles=a.estimate_profiles)
+                     estimate_profiles=a.estimate_profiles, warmup_iterations=a.warmup)
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -78,6 +78,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimate-profiles", action="store_true",
                    help="estimates also replace declared pair bytes and compute time "
                         "(the controller's estimate_profiles option)")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="first iterations of each job left out of summary.csv's means (default 1; "
+                        "python -m analysis compare uses the emulator's rule)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -88,6 +91,8 @@ def cmd_run(a) -> int:
     rs = resolve(sc)
     if a.classes < 1:
         raise UsageError("--classes must be >= 1")
+    if a.warmup < 0:
+        raise UsageError("--warmup must be >= 0")
     policy = load_policy(a.policy)
     cfg = _config(a)
     res = simulate(rs, policy, cfg, policy_name=a.policy)

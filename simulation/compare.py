@@ -10,7 +10,7 @@ policy in its own process (``python -m simulation run``), killed after --run-tim
 a decision slower than --decision-timeout is dropped and the policy is not called again, so
 is a policy whose decisions add up to more than --decision-budget seconds.  DIR (default
 results/sim-compare-<scenario file name>/<time>) gets compare's report: comparison.csv,
-comparison.md.  Run in a process of its own, so that the simulator never imports the
+comparison.md, with compare's warm-up rule (the emulator's).  Run in a process of its own, so that the simulator never imports the
 analysis package.
 """
 from __future__ import annotations

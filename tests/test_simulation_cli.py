@@ -116,11 +116,16 @@ def test_simulation_compare_is_analysis_compare_in_processes(tmp_path):
             str(tmp_path / "cmp"), "--no-plots")
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "cmp" / "comparison.csv").is_file()
+    from emulation.jobspec import WARMUP_ITERATIONS
     q = run("simulation", "run", str(sc), "--policy", "harmonics", "--out", str(tmp_path / "one"),
-            "--quiet")
+            "--quiet", "--warmup", str(WARMUP_ITERATIONS))
     assert q.returncode == 0, q.stderr
     a = (tmp_path / "cmp" / "harmonics" / "summary.csv").read_text()
     assert a == (tmp_path / "one" / "summary.csv").read_text()
+    sys.path.insert(0, str(ROOT))
+    from analysis.compare import run_compare
+    assert run_compare(sc, "harmonics", str(tmp_path / "inproc"), {"plots": False}, summary=False) == 0
+    assert a == (tmp_path / "inproc" / "harmonics" / "summary.csv").read_text()   # same as in-process
 
 
 def test_run_timeout_kills_the_run_and_the_next_one_runs(tmp_path):
