@@ -13,6 +13,7 @@ Library:
     rep = generate_report("results/pair-shared-spine/20250101-120000")
     rep.policy_rows            # the comparison.csv rows (dicts)
 """
-from .report import Report, ReportError, generate_report, load_results
+from .report import generate_report
+from .results import Report, ReportError, load_results
 
 __all__ = ["Report", "ReportError", "generate_report", "load_results"]

@@ -21,30 +21,12 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from workloads.argtypes import positive_float, positive_int
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):                 # one line, exit 2 (argparse prints usage too)
         self.exit(2, f"error: {message}\n")
-
-
-def _positive(v: str) -> float:
-    try:
-        x = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (got {v})")
-    return x
-
-
-def _count(v: str) -> int:
-    try:
-        x = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {v!r}") from None
-    if x < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {v})")
-    return x
 
 
 REFERENCE_BENCH = Path(__file__).resolve().parent.parent / "results" / "reference" / "decision_time.csv"
@@ -61,21 +43,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     c.add_argument("--out", default=None, help="results directory (default results/<scenario>/<time>)")
     c.add_argument("--isolated", choices=["measured", "analytical"], default="measured",
                    help="emulator: where the isolated iteration time (slowdown) comes from")
-    c.add_argument("--decision-timeout", type=_positive, default=None, metavar="S",
+    c.add_argument("--decision-timeout", type=positive_float, default=None, metavar="S",
                    help="simulator: drop a decision slower than this (then hold the last ones)")
-    c.add_argument("--decision-budget", type=_positive, default=None, metavar="S",
+    c.add_argument("--decision-budget", type=positive_float, default=None, metavar="S",
                    help="simulator: total seconds a policy may spend deciding in one run (then hold "
                         "its last decisions)")
-    c.add_argument("--max-time", type=_positive, default=None, metavar="S",
+    c.add_argument("--max-time", type=positive_float, default=None, metavar="S",
                    help="simulator: stop at this trace time")
-    c.add_argument("--runs", type=_count, default=1, metavar="N",
+    c.add_argument("--run-timeout", type=positive_float, default=None, metavar="S",
+                   help="simulator: run each policy in its own process and kill it after S "
+                        "seconds of wall time (that run fails, the next one runs)")
+    c.add_argument("--runs", type=positive_int, default=1, metavar="N",
                    help="run the whole comparison N times (DIR/run1 .. runN) and report each "
                         "figure as a mean with its 95%% confidence interval (DIR/repeats.md)")
     r = sub.add_parser("report", help="(re)generate the report from the files of a results directory")
     r.add_argument("dir")
     for p in (c, r):
         p.add_argument("--no-plots", action="store_true", help="tables only")
-        p.add_argument("--bin", type=_positive, default=None, metavar="S",
+        p.add_argument("--bin", type=positive_float, default=None, metavar="S",
                        help="capture throughput bin, trace seconds (default: epoch / 10)")
         p.add_argument("--bench-csv", default=None, metavar="FILE",
                        help="decision times at other cluster sizes: CSV with gpus, policy, decision_ms "
@@ -92,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="join a running Ray cluster (default: start Ray on this machine)")
     s.add_argument("--resume", action="store_true",
                    help="continue the latest run of this sweep (or --out DIR): skip completed runs")
-    s.add_argument("--max-parallel", type=_count, default=None, metavar="N",
+    s.add_argument("--max-parallel", type=positive_int, default=None, metavar="N",
                    help="at most N runs at a time (default: as many as the cluster's CPUs)")
     s.add_argument("--out", default=None, help="results directory (default results/sweeps/NAME/<time>)")
     s.add_argument("--no-plots", action="store_true", help="tables only")
@@ -106,7 +91,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          out=a.out, plots=not a.no_plots, argv=argv[1:])
     if a.cmd == "compare" and a.bench_csv is None and REFERENCE_BENCH.is_file():
         a.bench_csv = str(REFERENCE_BENCH)   # copied into DIR: the report stays self-contained
-    from .report import ReportError
+    from .results import ReportError
     try:
         if a.cmd == "compare":
             from .compare import run_compare
@@ -114,6 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "decision_budget": a.decision_budget,
                     "max_time": a.max_time, "bin_s": a.bin, "bench_csv": a.bench_csv,
                     "plots": not a.no_plots}
+            if a.run_timeout is not None:
+                opts["run_timeout"] = a.run_timeout
             if a.runs > 1:
                 from .repeats import run_repeats
                 return run_repeats(a.scenario, a.policies, a.out, opts, a.runs, argv=argv[1:])
@@ -123,7 +110,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .repeats import summary_text as repeats_text
             print(repeats_text(aggregate(a.dir, plots=not a.no_plots)))
             return 0
-        from .report import generate_report, summary_text
+        from .markdown import summary_text
+        from .report import generate_report
         rep = generate_report(a.dir, bin_s=a.bin, bench_csv=a.bench_csv, plots=not a.no_plots)
         print(summary_text(rep))
         return 0

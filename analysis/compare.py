@@ -2,12 +2,14 @@
 
     python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
                                [--isolated measured|analytical]       (emulator)
-                               [--decision-timeout S] [--max-time S]  (simulator)
+                               [--decision-timeout S] [--decision-budget S] [--max-time S]
+                               [--run-timeout S]                      (simulator)
 
 Policies default to the scenario's ``policies``.  Each runs into DIR/<policy>/ (DIR default
 results/<scenario name>/<YYYYmmdd-HHMMSS>/): the emulator through
 ``emulation.runner.run_emulation`` (root, Mininet), the simulator through
-``simulation.simulate`` + ``simulation.write_results``.  A policy that fails is recorded
+``simulation.simulate`` + ``simulation.write_results`` (with --run-timeout: each policy in its
+own process, ``python -m simulation run``, killed after that many seconds).  A policy that fails is recorded
 (DIR/compare.json) and the next one runs.  DIR/compare.json says what ran and how it went;
 then ``analysis.report.generate_report(DIR)`` writes the report and its summary is printed.
 
@@ -28,6 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from runs.files import atomic_write_json
 from workloads.scenario import Scenario, ScenarioError, dump_scenario, load_scenario, resolve
 
 
@@ -115,17 +118,41 @@ def run_one_simulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
     return "ok"
 
 
+def run_one_simulation_process(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
+    """The simulator in its own process (``python -m simulation run``), killed after
+    ``opts["run_timeout"]`` seconds of wall time (then this run fails and the next one runs).
+    Used for the simulator when --run-timeout is given."""
+    import subprocess
+    from emulation.jobspec import WARMUP_ITERATIONS
+    limit = float(opts["run_timeout"])
+    cmd = [sys.executable, "-m", "simulation", "run", str(out.parent / "scenario.yaml"),
+           "--policy", policy, "--out", str(out), "--quiet",
+           "--warmup", str(WARMUP_ITERATIONS)]           # the emulator's warm-up rule, as in-process
+    for key, flag in (("decision_timeout", "--decision-timeout"),
+                      ("decision_budget", "--decision-budget"), ("max_time", "--max-time")):
+        if opts.get(key) is not None:
+            cmd += [flag, str(opts[key])]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"run killed after {limit:.0f} s (--run-timeout)") from None
+    if p.returncode != 0:
+        err = p.stderr.strip().splitlines()
+        raise RuntimeError(err[-1] if err else f"python -m simulation run: exit {p.returncode}")
+    st = json.loads((out / "run.json").read_text()).get("stats") or {}
+    if st.get("jobs_finished", 0) < st.get("jobs", 0):
+        return f"partial: {st['jobs'] - st['jobs_finished']} of {st['jobs']} jobs unfinished"
+    return "ok"
+
+
 RUNNERS: Dict[str, Callable[[Scenario, str, Path, dict], str]] = {
     "emulation": run_one_emulation,
     "simulation": run_one_simulation,
 }
 
 
-def write_json(path: Path, obj: dict) -> None:
-    """Write ``obj`` to ``path`` atomically (a reader never sees half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
+# compare.json and the other records of a results directory: written atomically (runs.files)
+write_json = atomic_write_json
 
 
 def command_line(argv: Optional[List[str]], default: List[str]) -> str:
@@ -144,7 +171,7 @@ def check_compare(scenario_path, policies: Optional[str], out: Optional[str], op
     given (default_out)."""
     sc = load_scenario(scenario_path)
     pols = parse_policies(policies, sc)
-    if runners[sc.backend] is RUNNERS[sc.backend]:
+    if runners[sc.backend] in (RUNNERS[sc.backend], run_one_simulation_process):
         preflight(sc)
     if opts.get("bench_csv") and not Path(opts["bench_csv"]).is_file():
         raise CompareError(f"--bench-csv: {opts['bench_csv']}: no such file")
@@ -160,9 +187,13 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
     """The compare command (see the module docstring).  ``runners`` replaces the back ends'
     run functions (backend -> f(scenario, policy, out_dir, opts) -> status), for tests.
     ``summary`` False: the report is written but its table not printed."""
-    from .report import BENCH_COPY, ReportError, generate_report, summary_text
+    from .markdown import summary_text
+    from .report import BENCH_COPY, generate_report
+    from .results import ReportError
     opts = opts or {}
     runners = {**RUNNERS, **(runners or {})}
+    if opts.get("run_timeout") and runners["simulation"] is run_one_simulation:
+        runners["simulation"] = run_one_simulation_process   # one process per policy, killed at the limit
     try:
         sc, pols, d = check_compare(scenario_path, policies, out, opts, runners)
     except (ScenarioError, CompareError) as e:

@@ -23,7 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .report import Report, _finite, capture_series  # noqa: E402
+from .captures import capture_series  # noqa: E402
+from .results import Report  # noqa: E402
+from .tables import finite  # noqa: E402
 
 POLICY_COLORS = {"fair": "#7f7f7f", "optimal": "#1f1f1f", "crux": "#1f77b4",
                  "cassini": "#ff7f0e", "harmonics": "#2ca02c", "none": "#bcbd22"}
@@ -38,7 +40,7 @@ def policy_color(name: str, i: int = 0) -> str:
 
 def _time_unit(values) -> tuple:
     """(factor, label) so that typical values read well: ms below one second."""
-    v = np.asarray([x for x in values if _finite(x)])
+    v = np.asarray([x for x in values if finite(x)])
     if len(v) and np.median(v) < 1.0:
         return 1000.0, "ms"
     return 1.0, "s"
@@ -115,7 +117,7 @@ def plot_iteration_cdf(rep: Report, path: Path) -> bool:
     runs = [r for r in rep.runs if r.iterations]
     if not runs:
         return False
-    iso_ok = any(_finite(j.isolated_iter_s) for r in runs for j in r.jobs.values())
+    iso_ok = any(finite(j.isolated_iter_s) for r in runs for j in r.jobs.values())
     fig, axes = plt.subplots(1, 2 if iso_ok else 1, figsize=(12 if iso_ok else 7, 4.6), squeeze=False,
                              layout="constrained")
     k, unit = _time_unit(np.concatenate([r.iteration_times() for r in runs]))
@@ -127,7 +129,7 @@ def plot_iteration_cdf(rep: Report, path: Path) -> bool:
             sd = [r[6] - r[3] for r in run.iterations if r[2] >= run.steady_from(r[0])]
             iso = [run.jobs[r[0]].isolated_iter_s if r[0] in run.jobs else math.nan
                    for r in run.iterations if r[2] >= run.steady_from(r[0])]
-            rel = [a / b for a, b in zip(sd, iso) if _finite(b) and b > 0]
+            rel = [a / b for a, b in zip(sd, iso) if finite(b) and b > 0]
             _cdf(axes[0, 1], rel, color=c, lw=2, label=run.policy)
     ax = axes[0, 0]
     pos = k * np.concatenate([r.iteration_times() for r in runs])
@@ -185,7 +187,7 @@ def plot_link_throughput(rep: Report, path: Path) -> Optional[str]:
                 if any(len({p for j, p in e.priority.items() if j in e.active}) > 1 for e in run.epochs):
                     _shade_priorities(ax, run, rep, x[-1])
                     shaded = True
-            if _finite(sc.uplink_gbps):
+            if finite(sc.uplink_gbps):
                 ax.axhline(sc.uplink_gbps, color="k", ls="--", lw=1, label="link capacity")
             ax.set_title(f"{run.policy}: {run.bottleneck}", loc="left", fontsize=10, fontweight="bold")
             ax.set_ylabel("throughput (Gb/s, trace)")
@@ -224,7 +226,7 @@ def plot_link_throughput(rep: Report, path: Path) -> Optional[str]:
         y = [g for _, _, g, _ in rows] + [rows[-1][2]]
         ax.fill_between(x, y, step="post", color=policy_color(run.policy), alpha=0.7,
                         label="all jobs (total)")
-        if _finite(rows[0][3]):
+        if finite(rows[0][3]):
             ax.axhline(rows[0][3], color="k", ls="--", lw=1, label="link capacity")
         ax.set_title(f"{run.policy}: {top} (most loaded link)", loc="left", fontsize=10, fontweight="bold")
         ax.set_ylabel("throughput (Gb/s)")
@@ -239,15 +241,15 @@ def plot_link_throughput(rep: Report, path: Path) -> Optional[str]:
 
 def plot_slowdown(rep: Report, path: Path) -> bool:
     rows = rep.policy_rows
-    if not any(_finite(r["mean_slowdown"]) for r in rows):
+    if not any(finite(r["mean_slowdown"]) for r in rows):
         return False
-    norm = any(_finite(r["slowdown_vs_fair"]) for r in rows)
+    norm = any(finite(r["slowdown_vs_fair"]) for r in rows)
     key = "slowdown_vs_fair" if norm else "mean_slowdown"
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows) + 2), 4.2))
     xs = np.arange(len(rows))
     for i, r in enumerate(rows):
         v = r[key]
-        if _finite(v):
+        if finite(v):
             ax.bar(i, v, color=policy_color(r["policy"], i), width=0.6)
             ax.text(i, v, f"{v:.3f}\n(slowdown {r['mean_slowdown']:.2f})" if norm else f"{v:.3f}",
                     ha="center", va="bottom", fontsize=8)
@@ -258,7 +260,7 @@ def plot_slowdown(rep: Report, path: Path) -> bool:
     ax.set_xticks(xs, [r["policy"] for r in rows])
     ax.set_xlabel("policy")
     ax.set_ylabel("mean slowdown / fair's" if norm else "mean slowdown (iteration time / isolated)")
-    top = max([r[key] for r in rows if _finite(r[key])] + [1.0])
+    top = max([r[key] for r in rows if finite(r[key])] + [1.0])
     ax.set_ylim(0, top * 1.25)
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(axis="y", alpha=0.3)

@@ -34,8 +34,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .report import (NORMALISED, ReportError, _md_table, _num, _read_csv, _write_csv, fmt_r,
-                     fmt_s, policy_order)
+from .comparison import NORMALISED
+from .results import ReportError
+from .tables import fmt_r, fmt_s, md_table, num, policy_order, read_csv, write_csv
 
 REPEATS_JSON = "repeats.json"
 # what the table shows: the raw mean iteration time, then the paired ratios to fair
@@ -90,14 +91,14 @@ def aggregate(d, plots: bool = True) -> dict:
         if not f.is_file():
             continue                      # a run cut short before its report: nothing to count
         read += 1
-        for r in _read_csv(f):
+        for r in read_csv(f):
             if r.get("status") != "ok":
                 continue
             s = samples.setdefault(r["policy"], {m: [] for m in METRICS})
             if r.get("fidelity"):
                 fid.setdefault(r["policy"], []).append((rd.name, r["fidelity"]))
             for m in METRICS:
-                s[m].append(_num(r.get(m)))
+                s[m].append(num(r.get(m)))
     if not samples:
         raise ReportError(f"{d}: no run with results (run*/comparison.csv)")
     pols = policy_order(samples)
@@ -110,7 +111,7 @@ def aggregate(d, plots: bool = True) -> dict:
                      if m.endswith("_vs_fair") else None)
             stats[p, m] = {"policy": p, "metric": m, "runs": n, "mean": mean, "std": sd,
                            "ci95_low": lo, "ci95_high": hi, "runs_below_1": below}
-    _write_csv(d / "repeats.csv", REPEAT_COLS, list(stats.values()))
+    write_csv(d / "repeats.csv", REPEAT_COLS, list(stats.values()))
     res = {"dir": d, "scenario": info.get("scenario", d.name), "runs": read,
            "planned": info.get("runs"), "policies": pols, "stats": stats, "fidelity": fid}
     plot = None
@@ -165,7 +166,7 @@ def table_md(res: dict) -> List[str]:
         body.append([p, str(r0["runs"]), _cell(r0, fmt_s)]
                     + [_cell(res["stats"][p, m], ratio=True) for m, _ in RATIOS]
                     + ([fidelity_cell(res, p)] if has_fid else []))
-    return _md_table(hdr, body, right=range(1, len(hdr) - (1 if has_fid else 0)))
+    return md_table(hdr, body, right=range(1, len(hdr) - (1 if has_fid else 0)))
 
 
 def verdicts(res: dict) -> List[str]:
@@ -271,8 +272,9 @@ def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts
     """compare --runs N: N complete comparisons into DIR/run<k>/, then the aggregation.
     Exit 2 (nothing written) for bad input, 130 if interrupted (what finished is aggregated),
     1 if some policy failed in some run, else 0."""
+    from runs.files import atomic_write_json
     from .compare import (RUNNERS, CompareError, check_compare, command_line, default_out, progress,
-                          run_compare, write_json)
+                          run_compare)
     from workloads.scenario import ScenarioError
     allr = {**RUNNERS, **(runners or {})}
     try:
@@ -290,7 +292,7 @@ def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts
     cmd = command_line(argv, [str(scenario_path), "--runs", str(runs)])
     info = {"scenario": sc.name, "scenario_path": str(scenario_path), "runs": runs,
             "command": cmd, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "exit_codes": []}
-    write_json(d / REPEATS_JSON, info)
+    atomic_write_json(d / REPEATS_JSON, info)
     progress(f"{sc.name}: {runs} runs of every policy -> {d}")
     if sc.backend == "simulation":
         progress("note: the simulator is deterministic; its runs will agree (zero-width intervals)")
@@ -300,12 +302,12 @@ def run_repeats(scenario_path, policies: Optional[str], out: Optional[str], opts
         rc = run_compare(scenario_path, policies, str(d / f"run{k}"), opts, runners,
                          argv=argv, summary=False)
         info["exit_codes"].append(rc)
-        write_json(d / REPEATS_JSON, info)
+        atomic_write_json(d / REPEATS_JSON, info)
         worst = max(worst, rc)
         if rc not in (0, 1):          # 130: interrupted; 2: could not start
             break
     info["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    write_json(d / REPEATS_JSON, info)
+    atomic_write_json(d / REPEATS_JSON, info)
     try:
         res = aggregate(d, plots=opts.get("plots", True))
     except ReportError as e:

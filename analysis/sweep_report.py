@@ -23,9 +23,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from runs.files import atomic_write_json
+
 from .repeats import ci95
-from .report import (ReportError, _md_table, _num, _read_csv, _write_csv, fmt_r, fmt_s,
-                     generate_report, policy_order)
+from .report import generate_report
+from .results import ReportError
+from .tables import fmt_r, fmt_s, md_table, num, policy_order, read_csv, write_csv
 
 from .sweep_task import RUN_RECORD
 COMPLETE = ("ok", "partial")
@@ -41,13 +44,12 @@ def _record(d: Path) -> Optional[dict]:
 
 def finish_cell(cd: Path, info: dict, cell: dict, plots: bool = False) -> None:
     """A cell's compare.json and compare's report (comparison.csv, .md) from its runs."""
-    from .compare import write_json
     pols = info["policies"]
     recs = {p: _record(cd / p) or {"status": "not run"} for p in pols}
     runs = {p: {k: r[k] for k in ("status", "detail", "error", "wall_s") if k in r}
             for p, r in recs.items()}
     cd.mkdir(parents=True, exist_ok=True)
-    write_json(cd / "compare.json", {
+    atomic_write_json(cd / "compare.json", {
         "scenario": f"{info['sweep']}-{cell['id']}", "backend": info.get("backend"),
         "policies": pols, "command": f"python -m analysis sweep {info.get('file')} (cell {cell['id']})",
         "options": info.get("options"), "cell": {"labels": dict(cell["labels"]), "seed": cell["seed"]},
@@ -79,7 +81,7 @@ def collect(d: Path, info: dict) -> List[dict]:
             finish_cell(cd, info, cell)
         vals = {}
         if (cd / "comparison.csv").is_file():
-            vals = {r["policy"]: r for r in _read_csv(cd / "comparison.csv")}
+            vals = {r["policy"]: r for r in read_csv(cd / "comparison.csv")}
         fair_ok = (recs.get("fair") or {}).get("status") == "ok"
         for p in pols:
             rec = recs[p] or {"status": "not run"}
@@ -87,8 +89,8 @@ def collect(d: Path, info: dict) -> List[dict]:
                    "policy": p, **{k: rec.get(k) for k in RUN_COLS}}
             ok = rec.get("status") in COMPLETE
             for m in metrics:
-                v = _num(vals.get(p, {}).get(m)) if ok else math.nan
-                f = _num(vals.get("fair", {}).get(m)) if fair_ok else math.nan
+                v = num(vals.get(p, {}).get(m)) if ok else math.nan
+                f = num(vals.get("fair", {}).get(m)) if fair_ok else math.nan
                 row[m] = v
                 row[f"{m}_vs_fair"] = v / f if math.isfinite(v) and math.isfinite(f) and f else math.nan
             rows.append(row)
@@ -146,12 +148,12 @@ def metric_tables(info: dict, stats: Dict, pols: List[str], m: str) -> List[str]
     hdr = list(axes) + pols
     body = [[str(v) for v in pt] + [_cell_text(stats.get((pt, p, m)), fmt) for p in pols]
             for pt in points(info)]
-    L += _md_table(hdr, body, right_from=len(axes)) + [""]
+    L += md_table(hdr, body, right_from=len(axes)) + [""]
     if "fair" in pols and len(pols) > 1:
         L += [f"{m} / fair (paired by seed):", ""]
         body = [[str(v) for v in pt] + [_cell_text(stats.get((pt, p, f"{m}_vs_fair")), fmt_r, True, p == "fair")
                                         for p in pols] for pt in points(info)]
-        L += _md_table(hdr, body, right_from=len(axes)) + [""]
+        L += md_table(hdr, body, right_from=len(axes)) + [""]
     return L
 
 
@@ -186,7 +188,7 @@ def render_markdown(d: Path, info: dict, rows: List[dict], stats: Dict, plots: L
             bad.setdefault((r["cell"], (r["error"] or "")[:300]), []).append(r["policy"])
     if bad:
         L += ["## Failed runs", ""]
-        L += _md_table(["cell", "policies", "error"],
+        L += md_table(["cell", "policies", "error"],
                        [[c, ", ".join(ps), e] for (c, e), ps in bad.items()], right=[])
         L += [""]
     if plots:
@@ -272,7 +274,7 @@ def aggregate_sweep(d, plots: bool = True) -> dict:
     metrics = info["metrics"]
     cols = ["cell"] + list(info["axes"]) + ["seed", "policy", "status", "error"] + metrics \
         + [f"{m}_vs_fair" for m in metrics] + ["wall_s", "node_id", "node_ip", "hostname"]
-    _write_csv(d / "sweep.csv", cols, rows)
+    write_csv(d / "sweep.csv", cols, rows)
     stats = group_stats(rows, info)
     figs = plot_sweep(d, info, stats) if plots else []
     md = render_markdown(d, info, rows, stats, figs)

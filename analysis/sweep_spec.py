@@ -38,7 +38,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# comparison.csv columns (analysis.report.POLICY_COLS) a sweep can aggregate
+# comparison.csv columns (analysis.comparison.POLICY_COLS) a sweep can aggregate
 METRICS = ["mean_iter_s", "p99_iter_s", "mean_jct_s", "makespan_s", "mean_comm_s", "mean_slowdown",
            "jobs_finished", "decision_ms_mean", "decision_ms_max", "epochs"]
 DEFAULT_METRICS = ["mean_iter_s", "p99_iter_s", "mean_jct_s", "mean_slowdown"]

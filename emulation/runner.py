@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import numpy as np
 
 from workloads.scenario import ResolvedScenario, Scenario, ScenarioError, dump_scenario, load_scenario, resolve
 
+from runs.summary import summary_row, write_summary_csv
 from scheduling.phase import phase_rows_from_records, phase_summary, write_phase_csv
 from runs.logs import read_worker_log
 
@@ -337,15 +337,12 @@ def _wait(rs, procs, out: Path, deadline: float, quiet: bool, ec, events_hook, s
     return failures
 
 
-def _p99(xs) -> float:
-    return float(np.percentile(xs, 99)) if len(xs) else float("nan")
-
-
 def collect(rs: ResolvedScenario, policy: str, out: Path, isolated: str) -> Dict[str, dict]:
-    """iterations.csv and summary.csv from the workers' logs (trace units)."""
+    """iterations.csv and summary.csv from the workers' logs (trace units; the figures of
+    runs.summary, the same as the simulator's)."""
     ts = rs.scenario.emulation.time_scale
     iso = isolated_times(rs, isolated, out)
-    rows = {}
+    logs = {}
     with open(out / "iterations.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["job", "worker", "iteration", "start_s", "compute_s", "comm_s", "end_s"])
@@ -355,35 +352,16 @@ def collect(rs: ResolvedScenario, policy: str, out: Path, isolated: str) -> Dict
             for r in log:
                 w.writerow([j.name, r["rank"], r["iteration"]] +
                            [f"{r[k] / ts:.6f}" for k in ("start_s", "compute_s", "comm_s", "end_s")])
-            n_it = len({r["iteration"] for r in log})
-            wu = WARMUP_ITERATIONS if n_it > WARMUP_ITERATIONS else 0     # the one warm-up rule
-            its = [(r["end_s"] - r["start_s"]) / ts for r in log if r["iteration"] >= wu]
-            comm = [r["comm_s"] / ts for r in log if r["iteration"] >= wu]
-            mean = float(np.mean(its)) if its else float("nan")
-            rows[j.name] = {
-                "job": j.name, "policy": policy, "iterations": n_it,
-                "mean_iter_s": mean, "p99_iter_s": _p99(its),
-                "mean_comm_s": float(np.mean(comm)) if comm else float("nan"),
-                "jct_s": max((r["end_s"] for r in log), default=float("nan")) / ts,
-                "slowdown_vs_isolated": mean / iso[j.name] if iso.get(j.name) else float("nan"),
-                "isolated_iter_s": iso.get(j.name, float("nan")),
-            }
-    cols = ["job", "policy", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s", "jct_s",
-            "slowdown_vs_isolated"]
+            logs[j.name] = [(j.name, r["rank"], r["iteration"], r["start_s"], r["compute_s"],
+                             r["comm_s"], r["end_s"]) for r in log]
     prow = phase_rows_from_records(_records(out / "decisions.jsonl"))
     if prow:
         write_phase_csv(out / "phase.csv", prow)
     ps = phase_summary(prow)
-    for job, r in rows.items():
-        pe = ps.get(job, {}).get("phase_error")
-        r["phase_error"] = float("nan") if pe is None else pe
-        r["corrections"] = ps.get(job, {}).get("corrections", 0)
-    cols += ["phase_error", "corrections"]
-    with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(cols)
-        for r in rows.values():
-            w.writerow([r[c] if not isinstance(r[c], float) else f"{r[c]:.6f}" for c in cols])
+    rows = {name: summary_row(name, policy, log, WARMUP_ITERATIONS, time_scale=ts,
+                              isolated_s=iso.get(name, float("nan")), phase=ps.get(name))
+            for name, log in logs.items()}
+    write_summary_csv(out / "summary.csv", rows.values())
     return rows
 
 

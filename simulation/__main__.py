@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from workloads.argtypes import positive_float, positive_int
 from workloads.scenario import ScenarioError, load_scenario, resolve
 
 
@@ -38,26 +39,6 @@ def load_policy(name: str, **kw):
         raise UsageError(f"policy {name!r}: {e}") from None
 
 
-def _positive(v: str) -> float:
-    try:
-        x = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (got {v})")
-    return x
-
-
-def _pos_int(v: str) -> int:
-    try:
-        x = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {v!r}") from None
-    if x < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {v})")
-    return x
-
-
 def _arrival_kind(v: str) -> str:
     if v in ("none", "poisson", "openb") or (v.startswith("csv:") and len(v) > 4):
         return v
@@ -71,24 +52,24 @@ def _config(a):
                      max_time_s=a.max_time,
                      intra_host_gbps=a.intra_host_gbps, isolated=not a.no_isolated,
                      measured_view=not a.declared_view, progress=not a.quiet, poll_s=a.poll,
-                     estimate_profiles=a.estimate_profiles)
+                     estimate_profiles=a.estimate_profiles, warmup_iterations=a.warmup)
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--epoch", type=_positive, default=None, metavar="S",
+    p.add_argument("--epoch", type=positive_float, default=None, metavar="S",
                    help="policy epoch in trace seconds (default: emulation.epoch_s / time_scale)")
-    p.add_argument("--poll", type=_positive, default=None, metavar="S",
+    p.add_argument("--poll", type=positive_float, default=None, metavar="S",
                    help="counter polling interval for the policy's view (default: epoch / 50)")
-    p.add_argument("--bin", type=_positive, default=None, metavar="S",
+    p.add_argument("--bin", type=positive_float, default=None, metavar="S",
                    help="links.csv time bin (default: the epoch)")
     p.add_argument("--classes", type=int, default=4, help="strict-priority classes (default 4)")
-    p.add_argument("--decision-timeout", type=_positive, default=None, metavar="S",
+    p.add_argument("--decision-timeout", type=positive_float, default=None, metavar="S",
                    help="drop a decision that takes longer; the policy is then no longer called")
-    p.add_argument("--decision-budget", type=_positive, default=None, metavar="S",
+    p.add_argument("--decision-budget", type=positive_float, default=None, metavar="S",
                    help="total decision time after which the policy is no longer called")
-    p.add_argument("--max-time", type=_positive, default=None, metavar="S",
+    p.add_argument("--max-time", type=positive_float, default=None, metavar="S",
                    help="stop at this trace time")
-    p.add_argument("--intra-host-gbps", type=_positive, default=None,
+    p.add_argument("--intra-host-gbps", type=positive_float, default=None,
                    help="rate of same-host transfers (default: free)")
     p.add_argument("--no-isolated", action="store_true",
                    help="skip the isolated runs (slowdown_vs_isolated = nan)")
@@ -97,6 +78,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimate-profiles", action="store_true",
                    help="estimates also replace declared pair bytes and compute time "
                         "(the controller's estimate_profiles option)")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="first iterations of each job left out of summary.csv's means (default 1; "
+                        "python -m analysis compare uses the emulator's rule)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -107,6 +91,8 @@ def cmd_run(a) -> int:
     rs = resolve(sc)
     if a.classes < 1:
         raise UsageError("--classes must be >= 1")
+    if a.warmup < 0:
+        raise UsageError("--warmup must be >= 0")
     policy = load_policy(a.policy)
     cfg = _config(a)
     res = simulate(rs, policy, cfg, policy_name=a.policy)
@@ -172,19 +158,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     g = sub.add_parser("generate", help="write a large simulated scenario")
     g.add_argument("out")
     g.add_argument("--topology", choices=["lingjun", "leaf-spine"], default="leaf-spine")
-    g.add_argument("--racks", type=_pos_int, default=32)
-    g.add_argument("--hosts-per-rack", type=_pos_int, default=8)
-    g.add_argument("--spines", type=_pos_int, default=4)
-    g.add_argument("--gpus-per-host", type=_pos_int, default=8)
-    g.add_argument("--host-link-gbps", type=_positive, default=200.0)
-    g.add_argument("--uplink-gbps", type=_positive, default=None)
-    g.add_argument("--oversubscription", type=_positive, default=2.0)
-    g.add_argument("--jobs", type=_pos_int, default=100)
-    g.add_argument("--iterations", type=_pos_int, default=100)
+    g.add_argument("--racks", type=positive_int, default=32)
+    g.add_argument("--hosts-per-rack", type=positive_int, default=8)
+    g.add_argument("--spines", type=positive_int, default=4)
+    g.add_argument("--gpus-per-host", type=positive_int, default=8)
+    g.add_argument("--host-link-gbps", type=positive_float, default=200.0)
+    g.add_argument("--uplink-gbps", type=positive_float, default=None)
+    g.add_argument("--oversubscription", type=positive_float, default=2.0)
+    g.add_argument("--jobs", type=positive_int, default=100)
+    g.add_argument("--iterations", type=positive_int, default=100)
     g.add_argument("--placement", choices=["packed", "first-fit", "fragmented"], default="first-fit")
     g.add_argument("--arrivals", type=_arrival_kind, default="none", metavar="KIND",
                    help="none, poisson, openb, or csv:FILE (any cluster trace; docs/schema.md)")
-    g.add_argument("--mean-interarrival", type=_positive, default=None, metavar="S",
+    g.add_argument("--mean-interarrival", type=positive_float, default=None, metavar="S",
                    help="mean gap between arrivals (poisson, openb: default 1; csv: default "
                         "keeps the trace's arrival rate per GPU)")
     g.add_argument("--arrival-columns", default=None, metavar="ROLE=COL,...",
@@ -194,9 +180,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="unit of the trace's numeric times (default: detected)")
     g.add_argument("--arrival-min-gpus", type=int, default=1, metavar="N",
                    help="skip trace jobs asking for fewer GPUs (default 1)")
-    g.add_argument("--arrival-trace-gpus", type=_positive, default=None, metavar="N",
+    g.add_argument("--arrival-trace-gpus", type=positive_float, default=None, metavar="N",
                    help="GPUs of the trace's cluster (default: its peak demand)")
-    g.add_argument("--epoch", type=_positive, default=2.0, metavar="S")
+    g.add_argument("--epoch", type=positive_float, default=2.0, metavar="S")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--name", default=None)
     g.add_argument("--synthetic", action="store_true", help="synthetic profiles, not the zoo")

@@ -29,11 +29,10 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from runs.summary import summary_csv_text
 from scheduling.phase import write_phase_csv
 from workloads.scenario import dump_scenario
 
-SUMMARY_COLS = ["job", "policy", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s",
-                "jct_s", "slowdown_vs_isolated", "phase_error", "corrections"]
 DECISION_COLS = ["epoch", "time_s", "decision_ms", "status", "jobs", "job", "priority", "spine",
                  "flow_spines", "rate_caps_gbps", "shift_s", "reason"]
 LINK_COLS = ["bin", "start_s", "end_s", "link", "kind", "capacity_gbps", "mean_gbps", "utilisation"]
@@ -57,11 +56,7 @@ def write_results(result, out: Path, extra: Optional[dict] = None) -> Path:
             w.writerow(["job", "worker", "iteration", "start_s", "compute_s", "comm_s", "end_s"])
             for r in result.iterations:
                 w.writerow([r[0], r[1], r[2]] + [f"{x:.6f}" for x in r[3:]])
-        with open(tmp / "summary.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(SUMMARY_COLS)
-            for r in result.summary:
-                w.writerow([_f(r.get(c, math.nan)) for c in SUMMARY_COLS])
+        (tmp / "summary.csv").write_text(summary_csv_text(result.summary))
         if result.phase:
             write_phase_csv(tmp / "phase.csv", result.phase)
         with open(tmp / "links.csv", "w", newline="") as f:

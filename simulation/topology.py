@@ -54,11 +54,6 @@ def lingjun_cluster(gpus_per_host: int = 8, host_link_gbps: float = 200.0,
                        uplink_gbps=uplink_gbps, gpu=gpu)
 
 
-def lingjun_rack_labels() -> List[str]:
-    """'PSW/ASW' of every rack index of ``lingjun_cluster``."""
-    return [f"{p}/{a}" for p, a, _ in lingjun_racks()]
-
-
 def leaf_spine(racks: int, hosts_per_rack: int, spines: int, gpus_per_host: int = 8,
                host_link_gbps: float = 200.0, uplink_gbps: Optional[float] = None,
                oversubscription: float = 2.0, gpu: str = "A100") -> ClusterSpec:

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from workloads.cluster import Cluster, ClusterSpec
 from workloads.scenario import Scenario, ScenarioError, dump_scenario, parse_scenario
 
-from . import arrivals as traces
+import simulation.arrivals as traces
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 OPENB_TASKS = traces.OPENB_TASKS

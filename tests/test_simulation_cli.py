@@ -105,3 +105,36 @@ def test_generate_and_bench_small(tmp_path):
     p = run("simulation.bench", "--sizes", "256", "--iterations", "3")
     assert p.returncode == 0, p.stderr
     assert "256" in p.stdout.splitlines()[-1]
+
+
+def test_simulation_compare_is_analysis_compare_in_processes(tmp_path):
+    """python -m simulation.compare = python -m analysis compare --run-timeout: one process
+    per policy, the same result files as an in-process run, and compare's report."""
+    sc = tmp_path / "pair.yaml"
+    sc.write_text(PAIR)
+    p = run("simulation.compare", str(sc), "--policies", "fair,harmonics", "--out",
+            str(tmp_path / "cmp"), "--no-plots")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "cmp" / "comparison.csv").is_file()
+    from emulation.jobspec import WARMUP_ITERATIONS
+    q = run("simulation", "run", str(sc), "--policy", "harmonics", "--out", str(tmp_path / "one"),
+            "--quiet", "--warmup", str(WARMUP_ITERATIONS))
+    assert q.returncode == 0, q.stderr
+    a = (tmp_path / "cmp" / "harmonics" / "summary.csv").read_text()
+    assert a == (tmp_path / "one" / "summary.csv").read_text()
+    sys.path.insert(0, str(ROOT))
+    from analysis.compare import run_compare
+    assert run_compare(sc, "harmonics", str(tmp_path / "inproc"), {"plots": False}, summary=False) == 0
+    assert a == (tmp_path / "inproc" / "harmonics" / "summary.csv").read_text()   # same as in-process
+
+
+def test_run_timeout_kills_the_run_and_the_next_one_runs(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    from analysis.compare import run_compare
+    sc = tmp_path / "pair.yaml"
+    sc.write_text(PAIR)
+    rc = run_compare(sc, "fair", str(tmp_path / "cmp"), {"run_timeout": 1e-3, "plots": False},
+                     summary=False)
+    import json
+    rec = json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"]["fair"]
+    assert rc == 1 and rec["status"] == "failed" and "killed after" in rec["error"]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from .scenario import Collective, Compute, Group, Profile, ScenarioError
+from .profile import Collective, Compute, Group, Profile, ScenarioError
 
 TICK_S = 1e-9
 DATA_DIR = Path(__file__).resolve().parent / "data" / "astra"

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from .scenario import Collective, Compute, Group, Profile, ScenarioError, one_line
+from .profile import Collective, Compute, Group, Profile, ScenarioError, one_line
 
 TICK_S = 1e-9          # one SimAI tick = 1 ns
 DATA_DIR = Path(__file__).resolve().parent / "data" / "simai"

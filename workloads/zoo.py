@@ -33,10 +33,10 @@ How the numbers are derived (sources in each entry and in docs/schema.md):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .scenario import Collective, Compute, Group, Profile
+from .profile import Collective, Compute, Group, Profile
 
 # Peak dense FP16/BF16 tensor-core FLOP/s (SXM parts).  NVIDIA A100 datasheet: 312 TFLOPS;
 # NVIDIA H100 datasheet: 1,979 TFLOPS with sparsity, i.e. 989.4 dense.
@@ -372,17 +372,3 @@ def _simai_profile(name: str, opts: Dict[str, str], workers: int, gpu: str) -> P
     # same transformer speed-up the zoo uses.
     scale = 1.0 if gpu == "A100" else (1.0 / _LLM_H100_SPEEDUP if gpu == "H100" else 1.0)
     return import_file(path, workers, compute_scale=scale)
-
-
-def zoo_table(gpus: Sequence[str] = ("A100", "H100")) -> List[Dict[str, object]]:
-    """One row per zoo model (docs, CLI): params, gradient bytes, compute per GPU."""
-    rows = []
-    for e in MODELS.values():
-        rows.append({
-            "model": e.name, "params": e.params,
-            "grad_bytes_16bit": e.params * 2,
-            "parallelism": f"TP={e.tp} PP={e.pp} EP={e.ep}",
-            "batch": e.batch_note,
-            **{f"compute_s_{g}": iteration_compute_s(e, g) for g in gpus},
-        })
-    return rows

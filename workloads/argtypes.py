@@ -1,0 +1,27 @@
+"""Argument types shared by the command lines (``python -m simulation``, ``python -m analysis``,
+...): each raises argparse.ArgumentTypeError with a one-line message."""
+from __future__ import annotations
+
+import argparse
+
+
+def positive_float(v: str) -> float:
+    """A number > 0."""
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (got {v})")
+    return x
+
+
+def positive_int(v: str) -> int:
+    """A whole number >= 1 (a count)."""
+    try:
+        x = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {v!r}") from None
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {v})")
+    return x
