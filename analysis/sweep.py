@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from .sweep_spec import Cell, Sweep, SweepError, load_sweep
-from .sweep_task import RUN_RECORD, Tracker, replace_dir, run_task
+from runs.files import atomic_write_json, replace_dir
+
+from .sweep_task import RUN_RECORD, Tracker, run_task
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP_JSON = "sweep.json"
@@ -471,5 +473,4 @@ def _load_info(d: Path) -> dict:
 
 
 def _save_info(d: Path, info: dict) -> None:
-    from .compare import write_json
-    write_json(d / SWEEP_JSON, info)
+    atomic_write_json(d / SWEEP_JSON, info)

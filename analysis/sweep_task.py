@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import io
 import json
-import os
 import shutil
 import socket
 import tarfile
@@ -24,6 +23,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Dict, Optional
+
+from runs.files import replace_dir
 
 from .sweep_spec import cell_scenario
 
@@ -157,13 +158,3 @@ def _run(job: dict, rec: dict, run: Path, out: Path, local: bool, t0: float) -> 
         replace_dir(run, out)
         return rec
     return {**rec, "tar": _tar(run)}
-
-
-def replace_dir(src: Path, dst: Path) -> None:
-    """Move ``src`` to ``dst``, replacing what ``dst`` held (a failed earlier attempt)."""
-    if dst.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
-        os.rmdir(old)
-        os.replace(dst, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.replace(src, dst)

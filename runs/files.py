@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator, List, Union
 
@@ -49,3 +51,18 @@ def append_jsonl(path: PathLike, record: dict) -> None:
     """Append one JSON line (sorted keys, so that the same record is always the same line)."""
     with open(path, "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def replace_dir(src: PathLike, dst: PathLike) -> None:
+    """Move the finished folder ``src`` to ``dst``, replacing what ``dst`` held (an earlier or
+    failed attempt): the old folder is moved aside first and removed last, so ``dst`` is at
+    every moment either the old result or the new one. ``src`` must be on ``dst``'s file system."""
+    src, dst = Path(src), Path(dst)
+    old = None
+    if dst.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
+        os.rmdir(old)
+        os.replace(dst, old)
+    os.replace(src, dst)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

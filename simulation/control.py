@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Dict, List
 
 import numpy as np
 

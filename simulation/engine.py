@@ -38,7 +38,7 @@ import heapq
 import math
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -48,7 +48,7 @@ from workloads.scenario import ResolvedJob, ResolvedScenario
 from .config import (_ARRIVE, _COLL_START, _COMPUTE_END, _EPOCH, _FAULT, _ITER_START, _POLL,
                      GBPS_TO_BYTES, SimConfig)
 from .control import PolicyControl
-from .jobs import _Coll, _Job, compile_steps  # noqa: F401
+from .jobs import _Coll, _Entity, _Job, compile_steps  # noqa: F401
 from .rates import FlowRates
 from .results import SimResult, build_result
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Optional
 
+from runs.files import replace_dir
 from runs.summary import summary_csv_text
 from scheduling.phase import write_phase_csv
 from workloads.scenario import dump_scenario
@@ -83,14 +83,7 @@ def write_results(result, out: Path, extra: Optional[dict] = None) -> Path:
         if extra:
             run.update(extra)
         (tmp / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True, default=str) + "\n")
-        old = None
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
-            os.rmdir(old)
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
