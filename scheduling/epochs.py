@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Set, Tuple
 
-from scheduling import get_policy
+from scheduling.registry import get_policy
 from scheduling.base import ClusterState, Decisions, decisions_from_json, job_state
-from scheduling.model import apply_estimates, estimate_from_measurements
+from scheduling.estimate import apply_estimates, estimate_from_measurements
 from workloads.scenario import ResolvedScenario
 
 Series = Mapping[Tuple[str, str], Sequence[float]]

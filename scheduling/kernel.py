@@ -1,19 +1,19 @@
-"""Compiled (numba) version of the model's fluid event simulation (``model.simulate``).
+"""Compiled (numba) version of the model's fluid event simulation (``evaluate.simulate``).
 
-The same algorithm as ``model._Alloc._fill`` (progressive filling: strict priority between
+The same algorithm as ``fluid._Alloc._fill`` (progressive filling: strict priority between
 classes, per-flow max-min fairness inside one, per-job bounds) and as the event loop of
-``model._simulate_py`` (exact-cycle detection on snapshots taken when the reference job
+``fluid._simulate_py`` (exact-cycle detection on snapshots taken when the reference job
 completes, else the mean over the second half of the run), on plain numpy arrays.  The
 floating-point operations are the same and in the same order (no fastmath), so the results
 equal the Python path bit for bit; see ``_round7`` for the one (theoretical) exception.
 
 Rate allocations are cached per call in a dense table indexed by the bit mask of the
 communicating jobs (filled lazily), hence the limit of ``MAX_JOBS`` communicating jobs:
-``model.simulate`` runs larger groups (and everything when numba is missing or
+``evaluate.simulate`` runs larger groups (and everything when numba is missing or
 ``HARMONICS_NO_JIT=1``) in Python.
 
 numba is imported here, guarded: ``AVAILABLE`` says whether the kernel can run; this module
-is imported by ``model.simulate`` on first use only.
+is imported by ``evaluate.simulate`` on first use only.
 """
 from __future__ import annotations
 
@@ -23,11 +23,13 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from .fluid import SimJob
+
 try:
     import numba
     from numba import types
     from numba.typed import Dict as _TypedDict
-except ImportError:      # model.simulate then uses the pure-Python path
+except ImportError:      # evaluate.simulate then uses the pure-Python path
     numba = None
 
 AVAILABLE = numba is not None
@@ -376,7 +378,7 @@ def _simulate(jobf, prio, jptr, jlink, ja, capl, max_events, ref):
 
 def simulate_group(sub: Sequence, cap: Mapping, max_events: int, ref: int) -> list:
     """Iteration times of ``sub`` (SimJobs that all communicate, at most MAX_JOBS of them)
-    with ``ref`` the snapshot job: ``model._simulate_py``'s result for them, as a list.
+    with ``ref`` the snapshot job: ``fluid._simulate_py``'s result for them, as a list.
     Link keys become dense ints, priorities dense ranks (only their order matters)."""
     lk: dict = {}
     jptr = [0]
@@ -408,7 +410,6 @@ def warm_up() -> Optional[float]:
     otherwise pay it."""
     if not AVAILABLE:
         return None
-    from .model import SimJob      # the model imports this module lazily: no cycle
     t0 = time.perf_counter()
     jobs = [SimJob(0.5, ("L",), (1.0,), 1.0, 0), SimJob(0.25, ("L",), (1.0,), 1.0, 1)]
     simulate_group(jobs, {"L": 2.0}, 50, 0)

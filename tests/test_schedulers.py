@@ -245,7 +245,7 @@ def test_harmonics_beats_fair_on_standard_pairs():
 def _next_epoch(st, k=None, factor=1.2):
     import copy
 
-    from scheduling.model import isolated_iteration_time
+    from scheduling.links import isolated_iteration_time
     nxt = copy.deepcopy(st)
     nxt.epoch = st.epoch + 1
     j = nxt.jobs[len(nxt.jobs) // 2 if k is None else k]

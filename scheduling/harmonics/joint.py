@@ -18,7 +18,7 @@ import json
 from typing import Dict, List, Sequence
 
 from ..common import Opt, make_decision, path_options, shiftable
-from ..model import STARVED_SLOWDOWN, SimJob
+from ..fluid import STARVED_SLOWDOWN, SimJob
 from .messages import Assignment, ProposalReport, ViewCost
 from .rackview import _with_priority
 

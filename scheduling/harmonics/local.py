@@ -6,7 +6,7 @@ import itertools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..common import Opt, interaction_groups, make_decision, shiftable
-from ..model import STARVED_SLOWDOWN, SimJob
+from ..fluid import STARVED_SLOWDOWN, SimJob
 from . import params
 from .messages import Assignment, GhostJob, Proposal, ProposalReport, ViewCost
 from .rackview import _with_priority

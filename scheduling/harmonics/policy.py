@@ -9,7 +9,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..base import ClusterState, Decision, Decisions, Policy
 from ..common import (DEFAULT_CAP_FRACS, SHIFT_PHASES, Opt, has_comm, make_decision,
                       potential_links)
-from ..model import ContentionModel, Evaluator, link_capacities
+from ..evaluate import Evaluator
+from ..links import link_capacities
+from ..model import ContentionModel
 from . import params
 from .coordinator import GlobalCoordinator
 from .joint import JointOffer

@@ -9,7 +9,8 @@ import numpy as np
 
 from ..base import ClusterState
 from ..common import SHIFT_PHASES, Opt, interaction_groups, make_decision, path_options
-from ..model import STARVED_SLOWDOWN, ContentionModel, SimJob, isolated_sim_time
+from ..fluid import STARVED_SLOWDOWN, SimJob, isolated_sim_time
+from ..model import ContentionModel
 from . import params
 from .messages import GhostJob, RackSummary
 

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..common import Opt, shiftable
-from ..model import BYTES_PER_GBIT
+from ..fluid import BYTES_PER_GBIT
 from . import params
 from .messages import JobSummary, OptionCost, RackSummary
 from .rackview import RackView
