@@ -49,7 +49,7 @@ from .worker import read_worker_log
 
 def known_policies() -> tuple:
     """The scheduler registry's policies, plus 'static' (decisions from a file)."""
-    from scheduling import POLICIES
+    from scheduling.registry import POLICIES
     return tuple(POLICIES) + ("static",)
 SNAPLEN = 128                  # captures keep headers only
 

@@ -27,7 +27,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-DEFAULT_POLICIES = ["fair", "optimal", "crux", "cassini", "harmonics"]
+from scheduling.registry import POLICY_NAMES
+
+DEFAULT_POLICIES = list(POLICY_NAMES)
 
 
 def _read(path: Path) -> List[dict]:
