@@ -33,7 +33,7 @@ from os_ken.lib import hub
 from os_ken.lib.packet import arp, ethernet, ether_types, in_proto, ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
-from scheduling.base import Decision
+from scheduling.base import Decision, clamp_class
 from emulation.qos import class_dscp
 from workloads.cluster import Cluster, ClusterSpec, default_spine, parse_host
 
@@ -594,7 +594,7 @@ class HarmonicsController(app_manager.OSKenApp):
         d = self.decisions.get(choice.get("job") or "")
         if d is None:
             return []
-        k = min(max(d.priority, 0), self.num_classes - 1)
+        k = clamp_class(d.priority, self.num_classes)
         return [dp.ofproto_parser.OFPActionSetField(ip_dscp=class_dscp(k, self.num_classes))]
 
     def flow_meter(self, dp, key: FlowKey, choice: dict) -> Optional[int]:

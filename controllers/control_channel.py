@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Callable, Dict, List, Mapping, Optional
 
-from scheduling.base import Decision
+from scheduling.base import Decision, clamp_class
 from scheduling.phase import (PhaseConfig, PhaseController, job_links, phase_inputs,
                                           phase_rows)
 from emulation.jobspec import write_control
@@ -105,7 +105,7 @@ class ControlChannel:
         corrections since the last epoch."""
         for job, d in decisions.items():
             seq, last, at, last_dscp, sent = self.state.get(job, (0, 0.0, None, None, 0.0))
-            dscp = class_dscp(min(max(d.priority, 0), self.num_classes - 1), self.num_classes)
+            dscp = class_dscp(clamp_class(d.priority, self.num_classes), self.num_classes)
             new_shift = abs(d.shift_s - last) > 1e-6 and d.shift_s > 1e-9  # zero: no delay
             if new_shift:
                 seq += 1

@@ -91,6 +91,12 @@ def decisions_from_json(s: str) -> Decisions:
     return {k: Decision.from_dict(v) for k, v in json.loads(s).items()}
 
 
+def clamp_class(k, num_classes: int) -> int:
+    """Priority class ``k`` clamped to the classes there are (0 .. num_classes - 1, at least
+    one class): the one rule for a decision's class in both back ends."""
+    return min(max(int(k), 0), max(1, num_classes) - 1)
+
+
 class Policy(ABC):
     """A scheduling policy: a strategy object, stateless between epochs unless it says so."""
 

@@ -39,6 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from scheduling.base import clamp_class
 from workloads.cluster import Cluster, default_spine
 from workloads.flows import collective_flows
 from workloads.scenario import Collective, Compute, ResolvedJob, ResolvedScenario, groups_of
@@ -733,7 +734,6 @@ class Engine:
     def _apply(self, decisions, active):
         """Enforce this epoch's decisions.  A job the policy left out keeps its previous
         decision (class, caps, paths), as the switches keep their rules."""
-        nc = max(1, self.cfg.num_classes)
         old_cls = self.job_cls.copy()
         old_cap = self.capacity
         for j in self.jobs:
@@ -741,7 +741,7 @@ class Engine:
             if d is None:
                 continue
             j.decision = d
-            j.cls = min(max(int(d.priority), 0), nc - 1)
+            j.cls = clamp_class(d.priority, self.cfg.num_classes)
             self.job_cls[j.idx] = j.cls
             # a shift is applied once per new value (as the controller does)
             sh = float(d.shift_s or 0.0)
@@ -821,7 +821,7 @@ class Engine:
             self.driver = None
             for j in self.jobs:
                 j.decision = None
-                j.cls = min(max(self.cfg.default_class, 0), max(1, self.cfg.num_classes) - 1)
+                j.cls = clamp_class(self.cfg.default_class, self.cfg.num_classes)
                 self.job_cls[j.idx] = j.cls
                 j.last_shift = 0.0
             self.cap_index = {}
@@ -833,7 +833,7 @@ class Engine:
     # -- main loop -------------------------------------------------------------
     def run(self) -> None:
         for j in self.jobs:
-            j.cls = min(max(self.cfg.default_class, 0), max(1, self.cfg.num_classes) - 1)
+            j.cls = clamp_class(self.cfg.default_class, self.cfg.num_classes)
             self.job_cls[j.idx] = j.cls
             self.push(j.arrival, _ARRIVE, j.idx)
         for ev in self.faults:
