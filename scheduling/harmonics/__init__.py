@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from .coordinator import GlobalCoordinator
 from .local import LocalScheduler
-from .params import HarmonicsConfig
 from .messages import (Assignment, CoordinatorMessage, GhostJob, JobSummary, OptionCost,
                        Proposal, ProposalReport, RackSummary, ViewCost)
+from .params import HarmonicsConfig
 from .policy import HarmonicsPolicy
 
 __all__ = ["Assignment", "CoordinatorMessage", "GhostJob", "GlobalCoordinator", "HarmonicsConfig",
