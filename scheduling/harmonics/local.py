@@ -151,7 +151,7 @@ class LocalScheduler(JointStage, LocalSearch):
                        limit: int) -> Optional[Tuple[Opt, ...]]:
         """The best joint class choice of a halo group's jobs in the halo view, or None if
         none beats the current one.  Searched only where a job of the group (a ghost included)
-        is slowed by more than ``self.config.propose_min`` and the group has at most ``limit`` class
+        is slowed by more than ``config.propose_min`` and the group has at most ``limit`` class
         choices (``K ** jobs``): exhaustive, equivalent choices (``_halo_key``) evaluated
         once; spines, caps and shifts held (a shift only while its job stays tied,
         ``_shift_norm``).  The objective counts the ghosts' slowdowns too: this rack's

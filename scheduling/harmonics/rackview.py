@@ -108,7 +108,7 @@ class RackView:
         Every iteration the model simulates takes at least that long (a job alone gets its
         highest rate), so the model's figure (an exact cycle's or the second-half mean) is
         at least the bound; completions are detected at 1e-9 of the remaining work, hence
-        the relative margin ``self.config.lb_margin`` where the bound is used (``_solve_group``)."""
+        the relative margin ``config.lb_margin`` where the bound is used (``_solve_group``)."""
         key = (n, o.spine, o.cap)
         v = self._lbs.get(key)
         if v is None:
@@ -199,11 +199,12 @@ class RackView:
         neither: ``a`` itself.  Job m occupies link e a fraction u_me = B_me / (C_e iso_m) of
         the time at its isolated pace.  On e, job j is blocked by the higher classes,
         H_e = sum of their u, and shares with its own class, E_e = sum of the others' u in it.
-        With ``self.config.proxy_block="product"`` it progresses only while none of its links is blocked:
-            F_j = prod_e max(1 - H_e, self.config.proxy_free_min)
-            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e)) / max(F_j, self.config.proxy_free_min)
+        With ``config.proxy_block="product"`` it progresses only while none of its links is blocked
+        (``F_min = config.proxy_free_min``):
+            F_j = prod_e max(1 - H_e, F_min)
+            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e)) / max(F_j, F_min)
         with ``"max"`` (the default) only its worst link counts:
-            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e) / max(1 - H_e, self.config.proxy_free_min));
+            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e) / max(1 - H_e, F_min));
         its slowdown is (compute_j + T_j) / iso_j, capped at STARVED_SLOWDOWN.  The inputs are
         the model's SimJobs (rack links, caps and the global-pace floor in lam_max).
         O(candidates x jobs x rack links) numpy work.  It depends on a job's class only through
