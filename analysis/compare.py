@@ -44,7 +44,7 @@ def progress(msg: str) -> None:
 
 
 def known_policies(backend: str) -> List[str]:
-    from scheduling import POLICIES
+    from scheduling.registry import POLICIES
     names = list(POLICIES)
     if backend == "simulation":
         names.append("none")       # the simulator's "no controller at all"

@@ -31,7 +31,7 @@ def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = No
     resolved (the report then shows no limit row)."""
     try:
         from scheduling import state_from_scenario
-        from scheduling.model import job_link_bytes, link_capacities
+        from scheduling.links import job_link_bytes, link_capacities
         from workloads.scenario import load_scenario, resolve
         rs = resolve(load_scenario(scenario_yaml))
     except Exception:          # a report must not fail on a scenario of another schema

@@ -50,7 +50,7 @@ from .topo import check_emulable
 
 def known_policies() -> tuple:
     """The scheduler registry's policies, plus 'static' (decisions from a file)."""
-    from scheduling import POLICIES
+    from scheduling.registry import POLICIES
     return tuple(POLICIES) + ("static",)
 SNAPLEN = 128                  # captures keep headers only
 

@@ -15,6 +15,8 @@ from workloads.cluster import Cluster
 from workloads.flows import host_pair_bytes
 from workloads.scenario import ResolvedJob, ResolvedScenario
 
+from .links import isolated_iteration_time  # the shared contention model's closed form
+
 HostPair = Tuple[str, str]
 
 
@@ -103,8 +105,6 @@ class Policy(ABC):
 
 def job_state(job: ResolvedJob, cluster: Cluster, iso_iter_s: Optional[float] = None) -> JobState:
     """JobState from a job's declared trace (no measurements yet)."""
-    from .model import isolated_iteration_time  # the shared contention model
-
     st = JobState(
         name=job.name,
         hosts=job.hosts,

@@ -35,9 +35,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from workloads.cluster import ClusterSpec
 from workloads.scenario import JobSpec, Placement, Scenario, resolve
-from scheduling import get_policy, state_from_scenario
+from scheduling.base import state_from_scenario
+from scheduling.registry import REPORT_ORDER, get_policy
 from scheduling.cases import _profile, quality_cases, random_case, wide_case  # noqa: F401
-from scheduling.model import isolated_iteration_time, predict, warm_up
+from scheduling.evaluate import warm_up
+from scheduling.links import isolated_iteration_time
+from scheduling.model import predict
 
 # racks, hosts per rack, spines for each cluster size (8 GPUs per host)
 TOPOLOGIES = {
@@ -161,7 +164,7 @@ def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=pr
 
 
 def quality_section(optimal_limit: float, out=print) -> None:
-    names = ["fair", "crux", "cassini", "harmonics", "optimal"]
+    names = list(REPORT_ORDER)
     out("== quality: mean slowdown (iteration time / isolated) under the shared model ==")
     out(f"{'case':<18} " + " ".join(f"{n:>9}" for n in names) + f" {'harm/opt':>9}")
     tot = {n: 0.0 for n in names}
@@ -191,7 +194,7 @@ def wide_section(cases: int, optimal_limit: float, seed0: int = 0, out=print) ->
     """Quality on ``cases`` widened random cases (``wide_case``): every policy's mean slowdown
     under the model; optimal with ``optimal_limit`` s per case (the best found if it is not
     proven).  Prints the three figures of issue 16 and returns them."""
-    names = ["fair", "crux", "cassini", "harmonics", "optimal"]
+    names = list(REPORT_ORDER)
     out(f"== quality on {cases} widened random cases (wide_case {seed0}..{seed0 + cases - 1}: "
         f"2-4 racks, oversubscription 1:1-4:1, all-reduce / all-to-all / pipeline, up to 8 jobs) ==")
     out(f"{'case':<10} {'jobs':>4} " + " ".join(f"{n:>9}" for n in names) + f" {'harm/opt':>9}")
@@ -268,7 +271,7 @@ def proxy_error(st, samples: int = 40, seed: int = 1) -> dict:
     starved jobs do not decide the figure)."""
     import numpy as np
     from scheduling.harmonics import policy as hp
-    from scheduling.model import STARVED_SLOWDOWN
+    from scheduling.fluid import STARVED_SLOWDOWN
     racks = []
     orig = hp.LocalScheduler.__init__
 

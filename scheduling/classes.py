@@ -21,7 +21,13 @@ def class_dscp(k: int, num_classes: int) -> int:
     return 0 if k == num_classes - 1 else CLASS_DSCP[k]
 
 
+def clamp_class(k, num_classes: int) -> int:
+    """Priority class ``k`` clamped to the classes there are (0 .. num_classes - 1, at least
+    one class): the one rule for a decision's class in both back ends (a policy may decide
+    more classes than the run has: those share the lowest)."""
+    return min(max(int(k), 0), max(1, num_classes) - 1)
+
+
 def priority_dscp(priority: int, num_classes: int) -> int:
-    """DSCP of a decision's priority, clamped to the run's classes (a policy may decide more
-    classes than the run has: those share the lowest)."""
-    return class_dscp(min(max(priority, 0), num_classes - 1), num_classes)
+    """DSCP of a decision's priority, clamped to the run's classes."""
+    return class_dscp(clamp_class(priority, num_classes), num_classes)

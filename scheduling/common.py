@@ -5,7 +5,8 @@ import itertools
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .base import ClusterState, Decision
-from .model import ContentionModel, connected_groups
+from .evaluate import connected_groups
+from .model import ContentionModel
 
 DEFAULT_CAP_FRACS: Tuple[float, ...] = (1.0, 0.5)
 # start-time shifts: phase k delays the job's start by k / SHIFT_PHASES of its isolated

@@ -27,7 +27,9 @@ import numpy as np
 
 from .base import ClusterState, Decision, Decisions, Policy
 from .common import Opt, has_comm, make_decision, spine_options
-from .model import ContentionModel, SimJob, simulate
+from .evaluate import simulate
+from .fluid import SimJob
+from .model import ContentionModel
 
 Edge = Tuple[int, int, float]
 

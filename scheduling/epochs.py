@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Set, Tuple
 
-from scheduling import get_policy
+from scheduling.registry import get_policy
 from scheduling.base import ClusterState, Decisions, decisions_from_json, job_state
-from scheduling.model import apply_estimates, estimate_from_measurements
+from scheduling.classes import clamp_class
+from scheduling.estimate import apply_estimates, estimate_from_measurements
 from workloads.scenario import ResolvedScenario
 
 Series = Mapping[Tuple[str, str], Sequence[float]]
@@ -100,7 +101,7 @@ class EpochDriver:
             if name not in decisions and name in self.last:
                 decisions[name] = self.last[name]
         for d in decisions.values():
-            d.priority = min(max(int(d.priority), 0), self.num_classes - 1)
+            d.priority = clamp_class(d.priority, self.num_classes)
         self.last = {k: v for k, v in decisions.items() if k in active}
         rec = EpochRecord(self.epoch, now_s, ms, sorted(active),
                           {k: v.to_dict() for k, v in sorted(decisions.items())},

@@ -1,19 +1,19 @@
-"""Compiled (numba) version of the model's fluid event simulation (``model.simulate``).
+"""Compiled (numba) version of the model's fluid event simulation (``evaluate.simulate``).
 
-The same algorithm as ``model._Alloc._fill`` (progressive filling: strict priority between
+The same algorithm as ``fluid._Alloc._fill`` (progressive filling: strict priority between
 classes, per-flow max-min fairness inside one, per-job bounds) and as the event loop of
-``model._simulate_py`` (exact-cycle detection on snapshots taken when the reference job
+``fluid._simulate_py`` (exact-cycle detection on snapshots taken when the reference job
 completes, else the mean over the second half of the run), on plain numpy arrays.  The
 floating-point operations are the same and in the same order (no fastmath), so the results
 equal the Python path bit for bit; see ``_round7`` for the one (theoretical) exception.
 
 Rate allocations are cached per call in a dense table indexed by the bit mask of the
 communicating jobs (filled lazily), hence the limit of ``MAX_JOBS`` communicating jobs:
-``model.simulate`` runs larger groups (and everything when numba is missing or
+``evaluate.simulate`` runs larger groups (and everything when numba is missing or
 ``HARMONICS_NO_JIT=1``) in Python.
 
 numba is imported here, guarded: ``AVAILABLE`` says whether the kernel can run; this module
-is imported by ``model.simulate`` on first use only.
+is imported by ``evaluate.simulate`` on first use only.
 """
 from __future__ import annotations
 
@@ -23,11 +23,13 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from .fluid import SimJob
+
 try:
     import numba
     from numba import types
     from numba.typed import Dict as _TypedDict
-except ImportError:      # model.simulate then uses the pure-Python path
+except ImportError:      # evaluate.simulate then uses the pure-Python path
     numba = None
 
 AVAILABLE = numba is not None
@@ -197,26 +199,9 @@ def _round7(v):
 # ---------------------------------------------------------------------------
 
 @_njit
-def _simulate(jobf, prio, jptr, jlink, ja, capl, max_events, ref):
-    """Iteration time of every job of one group of communicating jobs (np.inf: starved);
-    the event loop of ``model._simulate_py``.  ``jobf``: per job (compute_s, shift_s, bmax,
-    lam_max); ``prio``: dense priority classes; job j's links: ``jlink[jptr[j]:jptr[j+1]]``
-    (indices into ``capl``, bytes/s) with flow-equivalents ``ja``; ``ref``: the job whose
-    completions trigger the snapshots."""
-    m = jobf.shape[0]
-    nl = capl.shape[0]
-    comp = np.empty(m)
-    bmax = np.empty(m)
-    lmax = np.empty(m)
-    for j in range(m):
-        comp[j] = jobf[j, 0]
-        bmax[j] = jobf[j, 2]
-        lmax[j] = jobf[j, 3]
-    ncls = 0
-    for j in range(m):
-        if prio[j] + 1 > ncls:
-            ncls = prio[j] + 1
-    # per link, its users (job, flow-equivalents) in ascending job order (see _fill)
+def _link_users(jptr, jlink, ja, m, nl):
+    """Per link, its users (job, flow-equivalents) in ascending job order (see ``_fill``):
+    (uptr, uj, ua), link l's users at ``uptr[l]:uptr[l+1]``."""
     uptr = np.zeros(nl + 1, np.int64)
     for p in range(jptr[m]):
         uptr[jlink[p] + 1] += 1
@@ -233,13 +218,19 @@ def _simulate(jobf, prio, jptr, jlink, ja, capl, max_events, ref):
             uj[fillp[l]] = j
             ua[fillp[l]] = ja[p]
             fillp[l] += 1
-    # rates per set of communicating jobs (bit mask), filled on first use
-    X = np.empty((1 << m, m))
-    have = np.zeros(1 << m, np.bool_)
+    return uptr, uj, ua
 
+
+@_njit
+def _start(jobf, comp):
+    """The state at time 0: (norm, tiny, state, rem, mask).  ``norm``: the scale of a job's
+    remaining compute in snapshot keys; ``tiny``: its completion tolerance; ``state`` 0:
+    compute (or waiting for the shift), 1: communicate; ``rem``: remaining compute seconds
+    or communication fraction; ``mask``: bit mask of the communicating jobs."""
+    m = jobf.shape[0]
     norm = np.empty(m)
     tiny = np.empty(m)
-    state = np.zeros(m, np.int8)        # 0: compute (or waiting for the shift), 1: communicate
+    state = np.zeros(m, np.int8)
     rem = np.empty(m)
     for i in range(m):
         c = comp[i]
@@ -249,17 +240,156 @@ def _simulate(jobf, prio, jptr, jlink, ja, capl, max_events, ref):
         if rem[i] <= 0.0:
             state[i] = 1
             rem[i] = 1.0
+    mask = 0
+    for i in range(m):
+        if state[i] == 1:
+            mask |= 1 << i
+    return norm, tiny, state, rem, mask
+
+
+@_njit
+def _step(x, mask, t, ref, comp, tiny, act, state, rem, counts, done):
+    """One event at rates ``x``: advance to the next completion (of a job's communication or
+    compute phase), record completions in ``done``/``counts``, switch phases.  Returns
+    (dt, t, mask, ref_done); dt == INF: nothing can progress (the caller stops)."""
+    m = rem.shape[0]
+    for i in range(m):
+        act[i] = ((mask >> i) & 1) == 1
+    dt = INF
+    for i in range(m):
+        if act[i]:
+            xi = x[i]
+            if xi > 0.0:
+                d = rem[i] / xi
+                if d < dt:
+                    dt = d
+    for i in range(m):
+        if not act[i] and rem[i] < dt:
+            dt = rem[i]
+    if dt == INF:
+        return dt, t, mask, False
+    t += dt
+    ref_done = False
+    for i in range(m):
+        if act[i]:
+            r = rem[i] - x[i] * dt
+            if r <= 1e-9:
+                done[counts[i], i] = t
+                counts[i] += 1
+                if i == ref:
+                    ref_done = True
+                if comp[i] > 0.0:
+                    state[i] = 0
+                    rem[i] = comp[i]
+                    mask ^= 1 << i
+                else:
+                    rem[i] = 1.0
+            else:
+                rem[i] = r
+    for i in range(m):
+        if not act[i]:
+            r = rem[i] - dt
+            if r <= tiny[i]:
+                state[i] = 1
+                rem[i] = 1.0
+                mask |= 1 << i
+            else:
+                rem[i] = r
+    return dt, t, mask, ref_done
+
+
+@_njit
+def _snapshot(t, state, rem, norm, counts, kv, heads, s_state, s_val, s_cnt, s_t, s_next, ns):
+    """Look the current state (phases, rounded remainders) up among the snapshots; if it is
+    new, add it.  Returns (row of the equal snapshot or -1, snapshots taken).  Snapshots are
+    found by a hash of the key: heads[hash] = the last row with that hash, s_next[row] = the
+    previous one."""
+    m = rem.shape[0]
+    h = np.int64(1469598103934665603)
+    for i in range(m):
+        if state[i] == 1:
+            v, kh = _round7(rem[i] / 1.0)
+        else:
+            v, kh = _round7(rem[i] / norm[i])
+        kv[i] = v
+        h = h * np.int64(1099511628211) + kh * 2 + state[i]   # wraps around
+    head = heads[h] if h in heads else -1
+    s = head
+    while s >= 0:
+        same = True
+        for i in range(m):
+            if s_state[s, i] != state[i] or not (s_val[s, i] == kv[i]):
+                same = False
+                break
+        if same:
+            return s, ns
+        s = s_next[s]
+    for i in range(m):
+        s_state[ns, i] = state[i]
+        s_val[ns, i] = kv[i]
+        s_cnt[ns, i] = counts[i]
+    s_t[ns] = t
+    s_next[ns] = head
+    heads[h] = ns
+    return -1, ns + 1
+
+
+@_njit
+def _iteration_times(found, t, s_t, s_cnt, counts, done):
+    """Every job's iteration time: over the exact cycle back to snapshot ``found``, or (no
+    cycle within the budget: found < 0) the mean over the second half of the run."""
+    m = counts.shape[0]
+    out = np.empty(m)
+    if found >= 0:
+        span = t - s_t[found]
+        for i in range(m):
+            c0 = s_cnt[found, i]
+            out[i] = span / (counts[i] - c0) if counts[i] > c0 else INF
+        return out
+    for i in range(m):
+        n = counts[i]
+        if n >= 3:
+            hh = n // 2
+            out[i] = (done[n - 1, i] - done[hh - 1, i]) / (n - hh)
+        elif n > 0:
+            last = done[n - 1, i]
+            out[i] = (last if last > t else t) / n          # max(t, d[-1])
+        else:
+            out[i] = INF
+    return out
+
+
+@_njit
+def _simulate(jobf, prio, jptr, jlink, ja, capl, max_events, ref):
+    """Iteration time of every job of one group of communicating jobs (np.inf: starved);
+    the event loop of ``fluid._simulate_py``.  ``jobf``: per job (compute_s, shift_s, bmax,
+    lam_max); ``prio``: dense priority classes; job j's links: ``jlink[jptr[j]:jptr[j+1]]``
+    (indices into ``capl``, bytes/s) with flow-equivalents ``ja``; ``ref``: the job whose
+    completions trigger the snapshots."""
+    m = jobf.shape[0]
+    nl = capl.shape[0]
+    comp = np.empty(m)
+    bmax = np.empty(m)
+    lmax = np.empty(m)
+    for j in range(m):
+        comp[j] = jobf[j, 0]
+        bmax[j] = jobf[j, 2]
+        lmax[j] = jobf[j, 3]
+    ncls = 0
+    for j in range(m):
+        if prio[j] + 1 > ncls:
+            ncls = prio[j] + 1
+    uptr, uj, ua = _link_users(jptr, jlink, ja, m, nl)
+    # rates per set of communicating jobs (bit mask), filled on first use
+    X = np.empty((1 << m, m))
+    have = np.zeros(1 << m, np.bool_)
+    norm, tiny, state, rem, mask = _start(jobf, comp)
     counts = np.zeros(m, np.int64)
     # a job completes at most once per event and a snapshot is taken at most once per event:
     # max_events rows suffice (fixed sizes; growing arrays cost numba seconds of compile time)
     rows = max(1, max_events)
     done = np.empty((rows, m))          # done[c, i]: time of job i's (c+1)-th completion
-    mask = 0
-    for i in range(m):
-        if state[i] == 1:
-            mask |= 1 << i
-    # snapshots (state, rounded remainders, counts, time), looked up by a hash of the key:
-    # heads[hash] = the last snapshot row with that hash, s_next[row] = the previous one
+    # snapshots (state, rounded remainders, counts, time), see _snapshot
     s_state = np.empty((rows, m), np.int8)
     s_val = np.empty((rows, m))
     s_cnt = np.empty((rows, m), np.int64)
@@ -275,99 +405,16 @@ def _simulate(jobf, prio, jptr, jlink, ja, capl, max_events, ref):
         if not have[mask]:
             _fill(mask, prio, ncls, lmax, bmax, jptr, jlink, ja, uptr, uj, ua, capl, X[mask])
             have[mask] = True
-        x = X[mask]
-        for i in range(m):
-            act[i] = ((mask >> i) & 1) == 1
-        dt = INF
-        for i in range(m):
-            if act[i]:
-                xi = x[i]
-                if xi > 0.0:
-                    d = rem[i] / xi
-                    if d < dt:
-                        dt = d
-        for i in range(m):
-            if not act[i] and rem[i] < dt:
-                dt = rem[i]
+        dt, t, mask, ref_done = _step(X[mask], mask, t, ref, comp, tiny, act, state, rem,
+                                      counts, done)
         if dt == INF:
             break
-        t += dt
-        ref_done = False
-        for i in range(m):
-            if act[i]:
-                r = rem[i] - x[i] * dt
-                if r <= 1e-9:
-                    done[counts[i], i] = t
-                    counts[i] += 1
-                    if i == ref:
-                        ref_done = True
-                    if comp[i] > 0.0:
-                        state[i] = 0
-                        rem[i] = comp[i]
-                        mask ^= 1 << i
-                    else:
-                        rem[i] = 1.0
-                else:
-                    rem[i] = r
-        for i in range(m):
-            if not act[i]:
-                r = rem[i] - dt
-                if r <= tiny[i]:
-                    state[i] = 1
-                    rem[i] = 1.0
-                    mask |= 1 << i
-                else:
-                    rem[i] = r
         if ref_done:
-            h = np.int64(1469598103934665603)
-            for i in range(m):
-                if state[i] == 1:
-                    v, kh = _round7(rem[i] / 1.0)
-                else:
-                    v, kh = _round7(rem[i] / norm[i])
-                kv[i] = v
-                h = h * np.int64(1099511628211) + kh * 2 + state[i]   # wraps around
-            head = heads[h] if h in heads else -1
-            s = head
-            while s >= 0:
-                same = True
-                for i in range(m):
-                    if s_state[s, i] != state[i] or not (s_val[s, i] == kv[i]):
-                        same = False
-                        break
-                if same:
-                    found = s
-                    break
-                s = s_next[s]
+            found, ns = _snapshot(t, state, rem, norm, counts, kv, heads, s_state, s_val,
+                                  s_cnt, s_t, s_next, ns)
             if found >= 0:
                 break
-            for i in range(m):
-                s_state[ns, i] = state[i]
-                s_val[ns, i] = kv[i]
-                s_cnt[ns, i] = counts[i]
-            s_t[ns] = t
-            s_next[ns] = head
-            heads[h] = ns
-            ns += 1
-    out = np.empty(m)
-    if found >= 0:
-        span = t - s_t[found]
-        for i in range(m):
-            c0 = s_cnt[found, i]
-            out[i] = span / (counts[i] - c0) if counts[i] > c0 else INF
-        return out
-    # no exact cycle within the budget: average over the second half
-    for i in range(m):
-        n = counts[i]
-        if n >= 3:
-            hh = n // 2
-            out[i] = (done[n - 1, i] - done[hh - 1, i]) / (n - hh)
-        elif n > 0:
-            last = done[n - 1, i]
-            out[i] = (last if last > t else t) / n          # max(t, d[-1])
-        else:
-            out[i] = INF
-    return out
+    return _iteration_times(found, t, s_t, s_cnt, counts, done)
 
 
 # ---------------------------------------------------------------------------
@@ -376,7 +423,7 @@ def _simulate(jobf, prio, jptr, jlink, ja, capl, max_events, ref):
 
 def simulate_group(sub: Sequence, cap: Mapping, max_events: int, ref: int) -> list:
     """Iteration times of ``sub`` (SimJobs that all communicate, at most MAX_JOBS of them)
-    with ``ref`` the snapshot job: ``model._simulate_py``'s result for them, as a list.
+    with ``ref`` the snapshot job: ``fluid._simulate_py``'s result for them, as a list.
     Link keys become dense ints, priorities dense ranks (only their order matters)."""
     lk: dict = {}
     jptr = [0]
@@ -408,7 +455,6 @@ def warm_up() -> Optional[float]:
     otherwise pay it."""
     if not AVAILABLE:
         return None
-    from .model import SimJob      # the model imports this module lazily: no cycle
     t0 = time.perf_counter()
     jobs = [SimJob(0.5, ("L",), (1.0,), 1.0, 0), SimJob(0.25, ("L",), (1.0,), 1.0, 1)]
     simulate_group(jobs, {"L": 2.0}, 50, 0)

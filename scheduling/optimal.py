@@ -29,7 +29,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .base import ClusterState, Decision, Decisions, Policy
 from .common import (DEFAULT_CAP_FRACS, SHIFT_PHASES, Opt, has_comm, interaction_groups,
                      make_decision, path_options, potential_links, shiftable, weak_orders)
-from .model import STARVED_SLOWDOWN, ContentionModel, SimJob, isolated_sim_time
+from .fluid import STARVED_SLOWDOWN, SimJob, isolated_sim_time
+from .model import ContentionModel
 
 # relative slack of the lower bound (the model detects a completion at 1e-9 of the work)
 LB_MARGIN = 1e-6

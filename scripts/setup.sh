@@ -79,6 +79,6 @@ for cmd in "${!PKG[@]}"; do command -v "$cmd" >/dev/null || fail "$cmd is missin
   || fail "Open vSwitch's send buffer is too small (see above)"
 # the model's compiled kernel: numba caches it next to the source; compiling it here (once per
 # checkout, ~11 s) keeps it out of the first controller start and the first decision
-(cd "$ROOT" && "$VENV/bin/python" -c 'from scheduling.model import warm_up; warm_up()') \
+(cd "$ROOT" && "$VENV/bin/python" -c 'from scheduling.evaluate import warm_up; warm_up()') \
   || fail "the model kernel does not compile (numba); HARMONICS_NO_JIT=1 runs the Python path"
 say "ready: $(ovs-vsctl --version | head -1), $("$VENV/bin/python" --version), venv $VENV"

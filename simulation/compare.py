@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-DEFAULT_POLICIES = ["fair", "optimal", "crux", "cassini", "harmonics"]
+from scheduling.registry import POLICY_NAMES
+
+DEFAULT_POLICIES = list(POLICY_NAMES)
 
 
 def compare_command(a: argparse.Namespace) -> List[str]:

@@ -10,6 +10,8 @@ from typing import Dict, List
 
 import numpy as np
 
+from scheduling.classes import clamp_class
+
 from .config import _EPOCH, _POLL, GBPS_TO_BYTES
 
 
@@ -87,7 +89,6 @@ class PolicyControl:
     def _apply(self, decisions, active):
         """Enforce this epoch's decisions.  A job the policy left out keeps its previous
         decision (class, caps, paths), as the switches keep their rules."""
-        nc = max(1, self.cfg.num_classes)
         old_cls = self.job_cls.copy()
         old_cap = self.capacity
         for j in self.jobs:
@@ -95,7 +96,7 @@ class PolicyControl:
             if d is None:
                 continue
             j.decision = d
-            j.cls = min(max(int(d.priority), 0), nc - 1)
+            j.cls = clamp_class(d.priority, self.cfg.num_classes)
             self.job_cls[j.idx] = j.cls
             # a shift is applied once per new value (as the controller does)
             sh = float(d.shift_s or 0.0)
@@ -175,7 +176,7 @@ class PolicyControl:
             self.driver = None
             for j in self.jobs:
                 j.decision = None
-                j.cls = min(max(self.cfg.default_class, 0), max(1, self.cfg.num_classes) - 1)
+                j.cls = clamp_class(self.cfg.default_class, self.cfg.num_classes)
                 self.job_cls[j.idx] = j.cls
                 j.last_shift = 0.0
             self.cap_index = {}

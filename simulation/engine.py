@@ -42,6 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from scheduling.classes import clamp_class
 from workloads.cluster import Cluster
 from workloads.scenario import ResolvedJob, ResolvedScenario
 
@@ -246,7 +247,7 @@ class Engine(FlowRates, PolicyControl):
     # -- main loop -------------------------------------------------------------
     def run(self) -> None:
         for j in self.jobs:
-            j.cls = min(max(self.cfg.default_class, 0), max(1, self.cfg.num_classes) - 1)
+            j.cls = clamp_class(self.cfg.default_class, self.cfg.num_classes)
             self.job_cls[j.idx] = j.cls
             self.push(j.arrival, _ARRIVE, j.idx)
         for ev in self.faults:

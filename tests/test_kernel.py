@@ -1,13 +1,14 @@
 """The compiled event simulation (scheduling/kernel.py) against the pure-Python
-reference (model._simulate_py): the same results, bit for bit."""
+reference (fluid._simulate_py): the same results, bit for bit."""
 import math
 import random
 import struct
 
 import pytest
 
-from scheduling import kernel, model
-from scheduling.model import SimJob, _simulate_py, simulate
+from scheduling import evaluate, kernel
+from scheduling.evaluate import simulate
+from scheduling.fluid import SimJob, _simulate_py
 
 INF = float("inf")
 
@@ -55,7 +56,7 @@ def _bits(xs):
 @pytest.mark.parametrize("chunk", range(10))
 def test_kernel_equals_python(chunk, monkeypatch):
     monkeypatch.delenv("HARMONICS_NO_JIT", raising=False)
-    assert model._jit_kernel() is kernel
+    assert evaluate._jit_kernel() is kernel
     for seed in range(chunk * 40, chunk * 40 + 40):      # 400 groups in all
         rng = random.Random(seed)
         jobs, cap, me = _random_group(rng)
@@ -96,13 +97,13 @@ def test_starvation_and_no_jit_switch(monkeypatch):
     assert calls and T[0] == 1.0 and math.isinf(T[1])
     calls.clear()
     monkeypatch.setenv("HARMONICS_NO_JIT", "1")
-    assert model._jit_kernel() is None
+    assert evaluate._jit_kernel() is None
     assert simulate(jobs, {"L": 1.0}) == T
     assert not calls
     # numba missing: the Python path too
     monkeypatch.delenv("HARMONICS_NO_JIT")
-    monkeypatch.setattr(model, "_KERNEL", False)
-    assert model._jit_kernel() is None
+    monkeypatch.setattr(evaluate, "_KERNEL", False)
+    assert evaluate._jit_kernel() is None
     assert simulate(jobs, {"L": 1.0}) == T
     assert not calls
 

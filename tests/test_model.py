@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 
 from scheduling.base import ClusterState, Decision, JobState, state_from_scenario
-from scheduling.model import (BYTES_PER_GBIT, SimJob, estimate_from_measurements,
-                                          estimate_job, estimate_period, isolated_iteration_time,
-                                          link_loads, predict, simulate)
+from scheduling.estimate import estimate_from_measurements, estimate_job, estimate_period
+from scheduling.evaluate import simulate
+from scheduling.fluid import BYTES_PER_GBIT, SimJob
+from scheduling.links import isolated_iteration_time
+from scheduling.model import link_loads, predict
 from workloads.cluster import Cluster, ClusterSpec
 from workloads.scenario import (Collective, Compute, JobSpec, Placement, Profile, Scenario,
                                 resolve)
@@ -156,7 +158,7 @@ def test_fast_allocator_equals_reference(seed):
     # gives exactly the reference allocate()'s rates
     import random
 
-    from scheduling.model import _Alloc, allocate
+    from scheduling.fluid import _Alloc, allocate
     rng = random.Random(seed)
     jobs, cap = _random_group(rng, rng.randint(2, 6), rng.randint(1, 5))
     shared: dict = {}

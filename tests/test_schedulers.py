@@ -219,7 +219,7 @@ def test_harmonics_large_fragmented_groups_bounded_work_and_consistent():
     assert s["simulations"] <= 200 and s["local_evals"] <= 200
     # closed-form scorings: per rack and round at most (passes + 2) x jobs x options
     O = st.num_classes * (st.cluster.spec.spines + 1)
-    bound = h.max_rounds * (h.max_passes + 2) * O * sum(len(v) for v in h.rack_views.values())
+    bound = h.config.max_rounds * (h.config.max_passes + 2) * O * sum(len(v) for v in h.rack_views.values())
     assert 0 < s["proxy_evals"] <= bound
     _check_consistent(st, h, d)
     assert any("closed-form" in x.reason for x in d.values())
@@ -245,7 +245,7 @@ def test_harmonics_beats_fair_on_standard_pairs():
 def _next_epoch(st, k=None, factor=1.2):
     import copy
 
-    from scheduling.model import isolated_iteration_time
+    from scheduling.links import isolated_iteration_time
     nxt = copy.deepcopy(st)
     nxt.epoch = st.epoch + 1
     j = nxt.jobs[len(nxt.jobs) // 2 if k is None else k]
@@ -399,19 +399,15 @@ def test_halo_view_equals_the_model_where_it_holds_every_link():
     assert seen >= 2
 
 
-def test_harmonics_lower_bound_pruning_is_exact(monkeypatch):
+def test_harmonics_lower_bound_pruning_is_exact():
     # the rack's early abandon (a choice whose summed per-job lower bounds reach the
     # incumbent is not evaluated) changes no decision; before the screening runs it may
     # change which options reach the full evaluation (measured: no change on these cases)
-    import scheduling.harmonics as H
     states = small_states(12, max_jobs=4) + [state_from_scenario(resolve(mix_scenario(1024)))]
     for st in states:
-        monkeypatch.setattr(H.params, "USE_BOUND", False)
-        ref = get_policy("harmonics").decide(st)
-        monkeypatch.setattr(H.params, "USE_BOUND", True)
-        monkeypatch.setattr(H.params, "SCREEN_BOUND", False)
-        assert get_policy("harmonics").decide(st) == ref
-    p = get_policy("harmonics")
+        ref = get_policy("harmonics", use_bound=False).decide(st)
+        assert get_policy("harmonics", screen_bound=False).decide(st) == ref
+    p = get_policy("harmonics", screen_bound=False)
     p.decide(states[-1])
     assert p.stats["pruned"] > 0
 
@@ -427,7 +423,7 @@ def test_harmonics_lower_bound_holds_in_rack_views(monkeypatch):
         res = orig(self, group, a, budget)
         if budget == 1.0 and not self._is_large(group):
             for n, v in zip(group, res):
-                assert v >= self._lb(n, a[n]) * (1.0 - H.params.LB_MARGIN)
+                assert v >= self._lb(n, a[n]) * (1.0 - self.config.lb_margin)
                 checked.append(v)
         return res
     monkeypatch.setattr(H.LocalScheduler, "_slowdowns", check)
@@ -473,13 +469,13 @@ def test_shifts_interleave_a_comm_heavy_pair_consistently():
         == pytest.approx(fair)
 
 
-def test_phase_stage_probes_a_starved_job_into_a_tie(monkeypatch):
+def test_phase_stage_probes_a_starved_job_into_a_tie():
     """pair-shared-spine (the default scenario): the rounds favour jobA (1.0 / 2.0); the
     Coordinator names jobB to the phase stage, which moves it into jobA's class at a shift
     phase: 1.09 each, the optimum.  Without the probe Harmonics stays at 1.5."""
     from workloads.scenario import load_scenario
     from conftest import REPO
-    import scheduling.harmonics as H
+    from scheduling.harmonics import HarmonicsConfig
     st = state_from_scenario(resolve(load_scenario(REPO / "scenarios" / "pair-shared-spine.yaml")))
     opt = get_policy("optimal", time_limit_s=60)
     best = predict(st, opt.decide(st)).mean_slowdown
@@ -491,9 +487,9 @@ def test_phase_stage_probes_a_starved_job_into_a_tie(monkeypatch):
     probes = [json.loads(m) for m in h.messages if '"probe"' in m]
     assert any(p["probe"] == ["jobB"] for p in probes)
     _check_consistent(st, h, d)
-    monkeypatch.setattr(H.params, "PROBE_MIN", float("inf"))
-    # (the joint stage alone also reaches 1.09 on this 2-job component)
-    assert predict(st, get_policy("harmonics", joint_jobs=0).decide(st)).mean_slowdown \
-        == pytest.approx(1.5)
-    assert predict(st, get_policy("harmonics").decide(st)).mean_slowdown \
+    # without the probe (the joint stage alone also reaches 1.09 on this 2-job component)
+    no_probe = HarmonicsConfig(probe_min=float("inf"))
+    assert predict(st, get_policy("harmonics", config=no_probe, joint_jobs=0).decide(st)) \
+        .mean_slowdown == pytest.approx(1.5)
+    assert predict(st, get_policy("harmonics", config=no_probe).decide(st)).mean_slowdown \
         == pytest.approx(best, rel=1e-9)

@@ -32,13 +32,13 @@ the decisions of the jobs concerned say so in their reason.
 """
 from __future__ import annotations
 
-from . import params
 from .coordinator import GlobalCoordinator
 from .local import LocalScheduler
 from .messages import (Assignment, CoordinatorMessage, GhostJob, JobSummary, OptionCost,
                        Proposal, ProposalReport, RackSummary, ViewCost)
+from .params import HarmonicsConfig
 from .policy import HarmonicsPolicy
 
-__all__ = ["Assignment", "CoordinatorMessage", "GhostJob", "GlobalCoordinator", "HarmonicsPolicy",
-           "JobSummary", "LocalScheduler", "OptionCost", "Proposal", "ProposalReport",
-           "RackSummary", "ViewCost", "params"]
+__all__ = ["Assignment", "CoordinatorMessage", "GhostJob", "GlobalCoordinator", "HarmonicsConfig",
+           "HarmonicsPolicy", "JobSummary", "LocalScheduler", "OptionCost", "Proposal",
+           "ProposalReport", "RackSummary", "ViewCost"]

@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..model import STARVED_SLOWDOWN
+from ..fluid import STARVED_SLOWDOWN
 from .messages import (Assignment, CoordinatorMessage, GhostJob, JobSummary, Proposal,
                        ProposalReport, RackSummary, ViewCost)
 

@@ -18,7 +18,7 @@ import json
 from typing import Dict, List, Sequence
 
 from ..common import Opt, make_decision, path_options, shiftable
-from ..model import STARVED_SLOWDOWN, SimJob
+from ..fluid import STARVED_SLOWDOWN, SimJob
 from .messages import Assignment, ProposalReport, ViewCost
 from .rackview import _with_priority
 
@@ -107,7 +107,7 @@ class JointStage:
 
         # every job is offered every path and cap here (the component view is exact: a cap
         # on a rack-spanning job no longer doubles what the racks must report)
-        paths = {n: path_options(state, n, model, self.cap_fracs) for n in jobs}
+        paths = {n: path_options(state, n, model, self.config.cap_fracs) for n in jobs}
         cur = norm(dict(start))
         before = cost(cur)
         fair = {n: Opt(0, None, 1.0, 0) for n in jobs}
@@ -138,7 +138,7 @@ class JointStage:
     def _joint_descent(self, jobs, best, best_c, paths, norm, cost):
         """Coordinate descent from ``best``: each job's class, spine and cap with its shift
         held, then its shift phases; a move is accepted only if the summed slowdown falls."""
-        for _ in range(self.max_passes):
+        for _ in range(self.config.max_passes):
             improved = False
             for n in jobs:
                 keep = best[n]

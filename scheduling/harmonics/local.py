@@ -6,8 +6,7 @@ import itertools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..common import Opt, interaction_groups, make_decision, shiftable
-from ..model import STARVED_SLOWDOWN, SimJob
-from . import params
+from ..fluid import STARVED_SLOWDOWN, SimJob
 from .messages import Assignment, GhostJob, Proposal, ProposalReport, ViewCost
 from .rackview import _with_priority
 from .joint import JointStage
@@ -152,7 +151,7 @@ class LocalScheduler(JointStage, LocalSearch):
                        limit: int) -> Optional[Tuple[Opt, ...]]:
         """The best joint class choice of a halo group's jobs in the halo view, or None if
         none beats the current one.  Searched only where a job of the group (a ghost included)
-        is slowed by more than ``params.PROPOSE_MIN`` and the group has at most ``limit`` class
+        is slowed by more than ``config.propose_min`` and the group has at most ``limit`` class
         choices (``K ** jobs``): exhaustive, equivalent choices (``_halo_key``) evaluated
         once; spines, caps and shifts held (a shift only while its job stays tied,
         ``_shift_norm``).  The objective counts the ghosts' slowdowns too: this rack's
@@ -166,7 +165,7 @@ class LocalScheduler(JointStage, LocalSearch):
             return self._propcache[ck]
         best = None
         sd = self._halo_slowdowns(mine, gh, a)
-        if self.K ** len(mine) <= limit and any(v > 1.0 + params.PROPOSE_MIN for v in sd):
+        if self.K ** len(mine) <= limit and any(v > 1.0 + self.config.propose_min for v in sd):
             base = best_c = sum(sd)
             seen = set()
             t = dict(a)

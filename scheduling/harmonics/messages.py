@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..common import Opt
-from ..model import SimJob
+from ..fluid import SimJob
 
 
 @dataclass

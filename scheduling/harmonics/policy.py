@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import Dict, List, Optional, Tuple
 
 from ..base import ClusterState, Decision, Decisions, Policy
-from ..common import (DEFAULT_CAP_FRACS, SHIFT_PHASES, Opt, has_comm, make_decision,
-                      potential_links)
-from ..model import ContentionModel, Evaluator, link_capacities
-from . import params
+from ..common import Opt, has_comm, make_decision, potential_links
+from ..evaluate import Evaluator
+from ..links import link_capacities
+from ..model import ContentionModel
+from .params import DEFAULT, HarmonicsConfig
 from .coordinator import GlobalCoordinator
 from .joint import JointOffer
 from .local import LocalScheduler
@@ -20,36 +22,15 @@ from .messages import Assignment, CoordinatorMessage, ProposalReport
 class HarmonicsPolicy(Policy):
     name = "harmonics"
 
-    def __init__(self, cap_fracs: Sequence[float] = DEFAULT_CAP_FRACS, max_rounds: int = 3,
-                 exhaustive_limit: int = 256, max_passes: int = 3, wire: bool = True,
-                 reuse: bool = True, span_weight: bool = False, compound: str = "product",
-                 cross_caps: bool = False, incremental: bool = True, screen: float = 1 / 3,
-                 screen_keep: int = 2, large_group: int = 8, shift_phases: int = SHIFT_PHASES,
-                 propose: bool = True, warm: bool = True, joint_jobs: int = 8,
-                 warm_rounds: int = 3):
-        self.warm_rounds = warm_rounds    # rounds of a warm epoch (a descent step each)
-        self.joint_jobs = joint_jobs      # joint stage for components of at most this many jobs
+    def __init__(self, config: Optional[HarmonicsConfig] = None, **settings):
+        """``config`` (default: ``HarmonicsConfig()``) with ``settings`` replacing some of its
+        fields (``get_policy("harmonics", shift_phases=1)``)."""
+        self.config = replace(config or DEFAULT, **settings)
         self._joint_cache: Dict[tuple, object] = {}
-        self.warm = warm                  # incremental epochs start from the last decisions
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
-        self.propose = propose            # the proposal stage (halo views, joint proposals)
-        self.large_group = large_group   # groups larger than this: closed-form proxy
-        self.shift_phases = shift_phases  # 1: no phase stage (no start-time shifts)
-        self.screen = screen
-        self.screen_keep = screen_keep
-        self.cross_caps = cross_caps
-        self.span_weight = span_weight
-        self.compound = compound
-        self.cap_fracs = tuple(cap_fracs)
-        self.max_rounds = max_rounds
-        self.exhaustive_limit = exhaustive_limit
-        self.max_passes = max_passes
-        self.wire = wire            # messages really cross as JSON (the tier boundary)
-        self.reuse = reuse          # unchanged state at an epoch boundary: keep the decisions
         self.stats: Dict[str, float] = {}
         self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
         self._last: Optional[Tuple[tuple, Decisions]] = None
-        self.incremental = incremental   # keep the evaluator's sub-problem cache across epochs
         self.cache_limit = 200_000       # sub-problems kept at most (then a fresh cache)
         self._ev: Optional[Evaluator] = None
         self.rack_views: Dict[int, Dict[str, Opt]] = {}
@@ -75,9 +56,9 @@ class HarmonicsPolicy(Policy):
         for comp in comps:
             comp = [r for r in comp if r in locs]
             jobs = sorted({n for r in comp for n in locs[r].jobs})
-            if (len(jobs) < 2 or len(jobs) > self.joint_jobs
+            if (len(jobs) < 2 or len(jobs) > self.config.joint_jobs
                     or any(locs[r].large for r in comp)):
-                if (params.GUARD and not any(locs[r].large for r in comp)
+                if (self.config.guard and not any(locs[r].large for r in comp)
                         and self._guard(locs, comp, current, coord, epoch, rnd, phase)):
                     changed += 1
                 continue
@@ -173,9 +154,7 @@ class HarmonicsPolicy(Policy):
                 reused += 1
                 continue
             locs[r] = LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
-                                     self.cap_fracs, self.exhaustive_limit, self.max_passes,
-                                     self.span_weight, self.cross_caps, self.screen,
-                                     self.screen_keep, self.large_group, self.shift_phases)
+                                     self.config)
         return locs, fps, reused
 
     def _phase_stage(self, locs, current, coord, epoch: int, last_rnd: int, sums, phase,
@@ -186,16 +165,16 @@ class HarmonicsPolicy(Policy):
         # the rack-spanning ones from the racks' costs of each phase (same descent as above)
         phase_rounds = 0
         probe: List[str] = []
-        if self.shift_phases > 1 and current:
+        if self.config.shift_phases > 1 and current:
             # the Coordinator names the rack-spanning jobs the phase stage probes (their
             # slowdown compounded over the last round's views)
             probe = at_coord(lambda: self._post(CoordinatorMessage(
                 epoch, last_rnd, list(current.values()),
-                coord.slowed(sums, current, params.PROBE_MIN))).probe)
-        while self.shift_phases > 1:
+                coord.slowed(sums, current, self.config.probe_min))).probe)
+        while self.config.shift_phases > 1:
             fixed = {j: a.opt for j, a in (current or {}).items()}
             phase(lambda L: L.phase_solve({n: fixed[n] for n in L.cross}), list(locs))
-            if not cross_racks or phase_rounds >= self.max_rounds:
+            if not cross_racks or phase_rounds >= self.config.max_rounds:
                 break
             phase_rounds += 1
             rnd = last_rnd + phase_rounds
@@ -229,9 +208,9 @@ class HarmonicsPolicy(Policy):
             tier = "coordinator" if j.name in (current or {}) else f"local scheduler of rack {j.racks[0]}"
             why = f"harmonics: {tier}, class {o.priority}, spine {o.spine}, cap {o.cap:g}"
             if o.shift:
-                why += f", shift phase {o.shift}/{self.shift_phases}"
+                why += f", shift phase {o.shift}/{self.config.shift_phases}"
             if j.name in proxied:
-                why += (f"; group > {self.large_group} jobs in rack(s) "
+                why += (f"; group > {self.config.large_group} jobs in rack(s) "
                         f"{','.join(map(str, proxied[j.name]))}: scored with the closed-form "
                         f"load proxy, not the model")
             out[j.name] = make_decision(model, j.name, o, why)
@@ -244,7 +223,7 @@ class HarmonicsPolicy(Policy):
         best (after the phase stage, whose rack views would otherwise undo its joint moves).
         Returns (current, rounds, proposals accepted)."""
         prop_rounds, accepted = 0, 0
-        for _ in range(self.max_rounds if self.propose and cross_racks and current else 0):
+        for _ in range(self.config.max_rounds if self.config.propose and cross_racks and current else 0):
             prop_rounds += 1
             rnd = rnd0 + prop_rounds
             fixed = {j: a.opt for j, a in current.items()}
@@ -258,7 +237,7 @@ class HarmonicsPolicy(Policy):
             msgs = {r: self._post(CoordinatorMessage(epoch, rnd, [], ghosts=gs))
                     for r, gs in sorted(routed.items()) if r in locs}
             reps = phase(lambda L: (L.set_halo(msgs[L.rack].ghosts),
-                                    L.propose(epoch, rnd, self.exhaustive_limit))[1],
+                                    L.propose(epoch, rnd, self.config.exhaustive_limit))[1],
                          sorted(msgs))
             reps = [self._post(x) for _, x in sorted(reps.items()) if x.proposals]
             if not reps:
@@ -302,12 +281,12 @@ class HarmonicsPolicy(Policy):
         return {**L.assign, **{n: cur[n] for n in L.cross if n in cur}}
 
     def decide(self, state: ClusterState) -> Decisions:
-        fp = self._fingerprint(state) if self.reuse else None
-        if self.reuse and self._last is not None and self._last[0] == fp:
+        fp = self._fingerprint(state) if self.config.reuse else None
+        if self.config.reuse and self._last is not None and self._last[0] == fp:
             self.stats = dict(self.stats, reused=1)
             return {k: Decision.from_dict(v.to_dict()) for k, v in self._last[1].items()}
         out = self._decide(state)
-        if self.reuse:
+        if self.config.reuse:
             self._last = (fp, out)
         return out
 
@@ -317,15 +296,15 @@ class HarmonicsPolicy(Policy):
         inputs did not change is not simulated again; a new cluster starts a new one."""
         cap = link_capacities(cl)
         ev = self._ev
-        if (not self.incremental or ev is None or ev.cap != cap
+        if (not self.config.incremental or ev is None or ev.cap != cap
                 or len(ev.cache) > self.cache_limit):
             ev = Evaluator(cap, share_allocations=True)
-        if self.incremental:
+        if self.config.incremental:
             self._ev = ev
         return ev
 
     def _post(self, msg):
-        if not self.wire:
+        if not self.config.wire:
             return msg
         s = msg.to_json()
         self.messages.append(s)
@@ -339,11 +318,11 @@ class HarmonicsPolicy(Policy):
         model = ContentionModel(state, self._evaluator(cl))
         names = [j.name for j in state.jobs if has_comm(model, j.name)]
         pot = {n: potential_links(state, model, n) for n in names}
-        prev = self._prev if (self.incremental and self._prev is not None
+        prev = self._prev if (self.config.incremental and self._prev is not None
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
         locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp)
-        warm = prev is not None and self.warm and bool(prev[2])
+        warm = prev is not None and self.config.warm and bool(prev[2])
         movable: Optional[set] = None
         if warm:
             # only the rack-spanning jobs of the racks whose inputs changed (a job arrived,
@@ -358,7 +337,7 @@ class HarmonicsPolicy(Policy):
             prev = (prev[0], prev[1], {j: (Assignment(j, a.priority, a.spine, 1.0, 0)
                                            if j in movable else a)
                                        for j, a in prev[2].items() if j in cross_now})
-        coord = GlobalCoordinator(cl.spec.spines, compound=self.compound)
+        coord = GlobalCoordinator(cl.spec.spines, compound=self.config.compound)
         epoch = state.epoch
         crit = 0.0     # critical path if racks ran in parallel: max over racks per phase
         t_setup = time.perf_counter() - t_start
@@ -384,7 +363,7 @@ class HarmonicsPolicy(Policy):
         cross_racks = [r for r in locs if locs[r].cross]
         current: Optional[Dict[str, Assignment]] = dict(prev[2]) if warm else None
         rounds = 0
-        for rnd in range(1, (self.warm_rounds if warm else self.max_rounds) + 1):
+        for rnd in range(1, (self.config.warm_rounds if warm else self.config.max_rounds) + 1):
             rounds = rnd
             if current is None:
                 sums = phase(lambda L: L.summarise(epoch, rnd), cross_racks)
@@ -415,7 +394,7 @@ class HarmonicsPolicy(Policy):
         t_prop = time.perf_counter() - t_prop
         self.guarded_components = 0
         joint = self._joint(locs, current, coord, epoch, last_rnd + phase_rounds + prop_rounds + 1,
-                            phase, jfp, model, state) if current and self.joint_jobs > 0 else (0, 0)
+                            phase, jfp, model, state) if current and self.config.joint_jobs > 0 else (0, 0)
         final: Dict[str, Opt] = {}
         for r, L in locs.items():
             for n in L.local:
@@ -425,7 +404,7 @@ class HarmonicsPolicy(Policy):
                 final[j] = a.opt
         # what every Local Scheduler enforces at the end (tests check the consistency)
         self.rack_views = {r: dict(L.assign) for r, L in locs.items()}
-        if self.incremental:
+        if self.config.incremental:
             self._prev = ((model.ev.cap, K), {r: (fps[r], L) for r, L in locs.items()},
                           dict(current or {}))
         elapsed = time.perf_counter() - t_start

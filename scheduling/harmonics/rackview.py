@@ -8,9 +8,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..base import ClusterState
-from ..common import SHIFT_PHASES, Opt, interaction_groups, make_decision, path_options
-from ..model import STARVED_SLOWDOWN, ContentionModel, SimJob, isolated_sim_time
-from . import params
+from ..common import Opt, interaction_groups, make_decision, path_options
+from ..fluid import STARVED_SLOWDOWN, SimJob, isolated_sim_time
+from ..model import ContentionModel
+from .params import HarmonicsConfig
 from .messages import GhostJob, RackSummary
 
 
@@ -22,30 +23,20 @@ class RackView:
     """One rack's links, its jobs and its view of the model (model or closed-form proxy)."""
 
     def __init__(self, rack: int, state: ClusterState, model: ContentionModel, rack_links: set,
-                 names: Sequence[str], pot: Dict[str, set], K: int, cap_fracs: Sequence[float],
-                 exhaustive_limit: int = 256, max_passes: int = 3, span_weight: bool = False,
-                 cross_caps: bool = False, screen: float = 1.0, screen_keep: int = 2,
-                 large_group: int = 8, shift_phases: int = SHIFT_PHASES):
-        self.large_group = large_group
-        self.G = max(1, shift_phases)
-        self.screen = screen
-        self.screen_keep = screen_keep
+                 names: Sequence[str], pot: Dict[str, set], K: int, config: HarmonicsConfig):
+        self.config = config
+        self.G = max(1, config.shift_phases)
         self.rack = rack
-        self.span_weight = span_weight
         self.state = state
         self.model = model
         self.links = rack_links
         self.K = K
-        self.exhaustive_limit = exhaustive_limit
-        self.max_passes = max_passes
         self.jobs = list(names)
         self.cross = [n for n in self.jobs if model.jobs[model.index[n]].spans_racks]
         self._cross_set = set(self.cross)
         self.local = [n for n in self.jobs if n not in self._cross_set]
-        self.cap_fracs = tuple(cap_fracs)
-        self.cross_caps = cross_caps
-        self.paths = {n: path_options(state, n, model, cap_fracs) for n in self.jobs}
-        if not cross_caps:   # caps only for rack-local jobs (see docs/harmonics.md)
+        self.paths = {n: path_options(state, n, model, config.cap_fracs) for n in self.jobs}
+        if not config.cross_caps:   # caps only for rack-local jobs (see docs/harmonics.md)
             self.paths = {n: ([(s, c) for s, c in p if c >= 1.0] if n in self._cross_set else p)
                           for n, p in self.paths.items()}
         self.options = {n: [Opt(k, s, c) for k in range(K) for (s, c) in self.paths[n]]
@@ -100,7 +91,7 @@ class RackView:
     def _is_large(self, group: Sequence[str]) -> bool:
         """A group of more than ``large_group`` jobs is scored with the closed-form load
         proxy (``_proxy``) instead of the model (see docs/harmonics.md, complexity)."""
-        return self.large_group > 0 and len(group) > self.large_group
+        return self.config.large_group > 0 and len(group) > self.config.large_group
     # -- the rack's view of the model ----------------------------------------
     def _sim(self, n: str, o: Opt) -> SimJob:
         key = (n, o.spine, o.cap)
@@ -117,7 +108,7 @@ class RackView:
         Every iteration the model simulates takes at least that long (a job alone gets its
         highest rate), so the model's figure (an exact cycle's or the second-half mean) is
         at least the bound; completions are detected at 1e-9 of the remaining work, hence
-        the relative margin ``params.LB_MARGIN`` where the bound is used (``_solve_group``)."""
+        the relative margin ``config.lb_margin`` where the bound is used (``_solve_group``)."""
         key = (n, o.spine, o.cap)
         v = self._lbs.get(key)
         if v is None:
@@ -208,11 +199,12 @@ class RackView:
         neither: ``a`` itself.  Job m occupies link e a fraction u_me = B_me / (C_e iso_m) of
         the time at its isolated pace.  On e, job j is blocked by the higher classes,
         H_e = sum of their u, and shares with its own class, E_e = sum of the others' u in it.
-        With ``params.PROXY_BLOCK="product"`` it progresses only while none of its links is blocked:
-            F_j = prod_e max(1 - H_e, params.PROXY_FREE_MIN)
-            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e)) / max(F_j, params.PROXY_FREE_MIN)
+        With ``config.proxy_block="product"`` it progresses only while none of its links is blocked
+        (``F_min = config.proxy_free_min``):
+            F_j = prod_e max(1 - H_e, F_min)
+            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e)) / max(F_j, F_min)
         with ``"max"`` (the default) only its worst link counts:
-            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e) / max(1 - H_e, params.PROXY_FREE_MIN));
+            T_j = max(bmax_j / lam_max_j, max_e (B_je / C_e) * (1 + E_e) / max(1 - H_e, F_min));
         its slowdown is (compute_j + T_j) / iso_j, capped at STARVED_SLOWDOWN.  The inputs are
         the model's SimJobs (rack links, caps and the global-pace floor in lam_max).
         O(candidates x jobs x rack links) numpy work.  It depends on a job's class only through
@@ -249,14 +241,14 @@ class RackView:
         H = prefix[ar, Pc]                       # O x J x L: load of the higher classes
         E = np.maximum(loadc[ar, Pc] - Uc, 0.0)  # the others of its class
         U, T, fl = Uc, Tc_, flc
-        if params.PROXY_BLOCK == "product":
+        if self.config.proxy_block == "product":
             # it progresses only while none of its links is taken by a higher class: the free
             # fractions of its links multiply (blocking on different links is not aligned)
-            free = np.where(T > 0, np.maximum(1.0 - H, params.PROXY_FREE_MIN), 1.0).prod(axis=2)
+            free = np.where(T > 0, np.maximum(1.0 - H, self.config.proxy_free_min), 1.0).prod(axis=2)
             te = T * (1.0 + E)
-            Tc = np.maximum(fl, te.max(axis=2)) / np.maximum(free, params.PROXY_FREE_MIN)
+            Tc = np.maximum(fl, te.max(axis=2)) / np.maximum(free, self.config.proxy_free_min)
         else:
-            te = T * (1.0 + E) / np.maximum(1.0 - H, params.PROXY_FREE_MIN)
+            te = T * (1.0 + E) / np.maximum(1.0 - H, self.config.proxy_free_min)
             Tc = np.maximum(fl, te.max(axis=2))
         sd = np.minimum((c[None, :] + Tc) / iso[None, :], STARVED_SLOWDOWN)
         sd[fl < 0] = 1.0

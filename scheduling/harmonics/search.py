@@ -8,8 +8,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..common import Opt, shiftable
-from ..model import BYTES_PER_GBIT
-from . import params
+from ..fluid import BYTES_PER_GBIT
 from .messages import JobSummary, OptionCost, RackSummary
 from .rackview import RackView
 
@@ -120,7 +119,7 @@ class LocalSearch(RackView):
         a[n] = keep
 
     def _group_cost(self, group, sd) -> float:
-        if not self.span_weight:
+        if not self.config.span_weight:
             return sum(sd)
         return sum(1.0 + (v - 1.0) * self.span[m] for m, v in zip(group, sd))
 
@@ -130,12 +129,12 @@ class LocalSearch(RackView):
         combos = 1
         for n in free:
             combos *= len(self.options[n])
-            if combos > self.exhaustive_limit:
+            if combos > self.config.exhaustive_limit:
                 break
-        bound = params.USE_BOUND and not self._is_large(group) and not self.span_weight
+        bound = self.config.use_bound and not self._is_large(group) and not self.config.span_weight
         if bound:
             held_lb = sum(self._lb(n, a[n]) for n in group if n not in free)
-        if combos <= self.exhaustive_limit:
+        if combos <= self.config.exhaustive_limit:
             best, best_c = None, float("inf")
             for choice in itertools.product(*[self.options[n] for n in free]):
                 for n, o in zip(free, choice):
@@ -144,7 +143,7 @@ class LocalSearch(RackView):
                     # early abandon: even alone every job would cost at least its bound, so
                     # a choice whose summed bounds reach the incumbent cannot replace it
                     lb = (held_lb + sum(self._lb(n, o) for n, o in zip(free, choice))) \
-                        * (1.0 - params.LB_MARGIN)
+                        * (1.0 - self.config.lb_margin)
                     if best is not None and lb >= best_c - 1e-12:
                         self.pruned += 1
                         continue
@@ -164,18 +163,18 @@ class LocalSearch(RackView):
                 def prune(o):
                     # the same bound as the exhaustive search's: a move is accepted only
                     # below the held cost
-                    if (rest + self._lb(n, o)) * (1.0 - params.LB_MARGIN) >= cur0 - 1e-9:
+                    if (rest + self._lb(n, o)) * (1.0 - self.config.lb_margin) >= cur0 - 1e-9:
                         self.pruned += 1
                         return True
                     return False
-            if self.screen < 1.0 and n not in self._cross_set and not self._is_large(group):
+            if self.config.screen < 1.0 and n not in self._cross_set and not self._is_large(group):
                 # screening: every option on a short run, the best few on the full model
                 # (options the bound excludes are not screened: they cannot be accepted)
                 quick = sorted(((self._group_cost(group, sd), i, o) for i, (o, sd) in
                                 enumerate(list(self._each_option(
-                                    n, group, a, skip=keep, budget=self.screen,
-                                    prune=prune if params.SCREEN_BOUND else None)))))
-                for _, _, o in quick[:self.screen_keep]:
+                                    n, group, a, skip=keep, budget=self.config.screen,
+                                    prune=prune if self.config.screen_bound else None)))))
+                for _, _, o in quick[:self.config.screen_keep]:
                     if prune is not None and prune(o):
                         continue
                     a[n] = o
@@ -199,7 +198,7 @@ class LocalSearch(RackView):
         """Coordinate descent: each movable job in turn takes its best alternative, the others
         held (``moves(n, held option, current cost)`` yields (option, group cost)); a move is
         accepted only if the cost falls; at most ``max_passes`` passes.  Returns the cost."""
-        for _ in range(self.max_passes):
+        for _ in range(self.config.max_passes):
             improved = False
             for n in movable:
                 keep = a[n]
@@ -248,7 +247,7 @@ class LocalSearch(RackView):
             if sol is None:
                 sub: Dict[str, Opt] = {n: fixed[n] for n in held}
                 self._solve_group(g, free, sub)
-                if params.GUARD and not self._is_large(g):
+                if self.config.guard and not self._is_large(g):
                     # the guard: never an assignment this view scores worse than fair
                     # sharing for the free jobs (one class, ECMP, no cap, no shift); not on
                     # the proxy, whose verdict on ECMP is not to be trusted (docs)
@@ -286,7 +285,7 @@ class LocalSearch(RackView):
                 continue
             locals_g = [n for n in g if n not in self._cross_set]
             sd = self._slowdowns(g, a)
-            probe = {n for n, v in zip(g, sd) if n in locals_g and v > 1.0 + params.PROBE_MIN}
+            probe = {n for n, v in zip(g, sd) if n in locals_g and v > 1.0 + self.config.probe_min}
             movable = [n for n in locals_g
                        if n in probe or n in self._shiftable(g, a)]
             if not movable:
@@ -388,7 +387,7 @@ class LocalSearch(RackView):
         for g in self.large:
             mv = [(n, o) for n in g if n in cross for o in self.options[n]]
             if mv:
-                step = max(1, params.PROXY_CHUNK)
+                step = max(1, self.config.proxy_chunk)
                 sd = np.concatenate([self._proxy(g, a, moves=mv[i:i + step])
                                      for i in range(0, len(mv), step)])
                 self.proxy_evals += len(mv)

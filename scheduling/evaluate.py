@@ -1,0 +1,207 @@
+"""Evaluating groups of SimJobs: ``simulate`` (the compiled kernel when numba is there, the
+pure-Python ``fluid._simulate_py`` otherwise), and the ``Evaluator`` that splits jobs into
+independent groups (no shared link) and caches them under a canonical key, so repeated
+sub-problems (same shapes in many racks) cost one evaluation."""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .fluid import INF, SimJob, _simulate_py, isolated_sim_time
+
+_KERNEL = None      # the compiled kernel module once imported; False: numba is missing
+
+
+def _jit_kernel():
+    """The compiled kernel (``kernel.py``), or None: numba missing or ``HARMONICS_NO_JIT=1``
+    (read at every call, so a process can compare both paths).  Imported on first use: numba
+    takes a while to import and is not needed by everything that imports the model."""
+    global _KERNEL
+    if os.environ.get("HARMONICS_NO_JIT") == "1":
+        return None
+    if _KERNEL is None:
+        try:
+            import scheduling.kernel as kernel   # (not `from . import`: no edge to the package)
+            _KERNEL = kernel if kernel.AVAILABLE else False
+        except ImportError:
+            _KERNEL = False
+    return _KERNEL or None
+
+
+_WARM: Optional[float] = None
+
+
+def warm_up() -> Optional[float]:
+    """Compile (or load from numba's on-disk cache) the kernel once per process, so that the
+    first decision does not pay it; returns the seconds the first call took (None without
+    the kernel)."""
+    global _WARM
+    kern = _jit_kernel()
+    if kern is None:
+        return None
+    if _WARM is None:
+        _WARM = kern.warm_up()
+    return _WARM
+
+
+def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = None,
+             alloc_cache: Optional[dict] = None) -> List[float]:
+    """Steady-state iteration time of every job (seconds; inf if starved).  See module doc.
+
+    Runs the compiled kernel (``kernel.py``: the same algorithm and floating-point operations,
+    the same results) when numba is there, the group has at most ``kernel.MAX_JOBS``
+    communicating jobs and ``HARMONICS_NO_JIT`` is not "1"; ``_simulate_py`` otherwise.
+    ``alloc_cache`` (see ``_simulate_py``) is used by the Python path only: the kernel
+    allocates per call, which is cheaper than the lookups."""
+    kern = _jit_kernel()
+    if kern is None:
+        return _simulate_py(jobs, cap, max_events, alloc_cache)
+    comm = [j.bmax > 0 and (bool(j.links) or j.lam_max < INF) for j in jobs]
+    idx = [j for j in range(len(jobs)) if comm[j]]
+    if not idx or len(idx) > kern.MAX_JOBS:
+        return _simulate_py(jobs, cap, max_events, alloc_cache)
+    if max_events is None:
+        max_events = 60 + 30 * len(idx)
+    sub = [jobs[j] for j in idx]
+    # the snapshot job: the longest isolated period (as in _simulate_py)
+    ref = max(range(len(sub)), key=lambda i: isolated_sim_time(sub[i], cap))
+    res = kern.simulate_group(sub, cap, max_events, ref)
+    out = [jb.compute_s for jb in jobs]
+    for k, j in enumerate(idx):
+        out[j] = res[k]
+    return out
+
+
+
+# ---------------------------------------------------------------------------
+# Independent groups + cache
+# ---------------------------------------------------------------------------
+
+def connected_groups(items: Sequence, links_of) -> List[list]:
+    """Items that share a link, transitively (union-find); ``links_of(item)`` gives its links.
+    Groups keep the items' order."""
+    parent = {it: it for it in items}
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    owner: Dict = {}
+    for it in items:
+        for l in links_of(it):
+            o = owner.get(l)
+            if o is None:
+                owner[l] = it
+            else:
+                ra, rb = find(o), find(it)
+                if ra != rb:
+                    parent[ra] = rb
+    groups: Dict = {}
+    for it in items:
+        groups.setdefault(find(it), []).append(it)
+    return list(groups.values())
+
+
+def _components(jobs: Sequence[SimJob]) -> List[List[int]]:
+    return connected_groups(range(len(jobs)), lambda j: jobs[j].links)
+
+
+def _job_sig(jb: SimJob, cap: Mapping) -> tuple:
+    return (jb.compute_s, jb.priority, jb.lam_max, jb.shift_s, jb.bmax,
+            tuple(sorted((b, cap[l]) for l, b in zip(jb.links, jb.B))))
+
+
+class Evaluator:
+    """Evaluates groups of SimJobs with component splitting and a canonical-key cache."""
+
+    def __init__(self, cap: Mapping, share_allocations: bool = False):
+        """``share_allocations``: reuse rate allocations across the simulations of this
+        evaluator (a search that evaluates many variants of one group; results equal to the
+        plain evaluation up to float summation order).  Python path of ``simulate`` only."""
+        self.cap = cap
+        self.alloc_cache: Optional[dict] = {} if share_allocations else None
+        self.cache: Dict[tuple, Tuple[float, ...]] = {}
+        self.evaluations = 0       # simulations actually run
+        self.lookups = 0
+
+    def _component(self, comp: List[SimJob], budget: float = 1.0) -> List[float]:
+        self.lookups += 1
+        if len(comp) == 1:
+            jb = comp[0]
+            return [isolated_sim_time(jb, self.cap)]
+        # strict priority depends only on the relative order of the classes: dense ranks
+        ranks = {p: r for r, p in enumerate(sorted({jb.priority for jb in comp}))}
+        comp = [jb if ranks[jb.priority] == jb.priority else
+                SimJob(jb.compute_s, jb.links, jb.B, jb.bmax, ranks[jb.priority], jb.lam_max, jb.shift_s)
+                for jb in comp]
+        order = sorted(range(len(comp)), key=lambda i: _job_sig(comp[i], self.cap))
+        relabel: Dict = {}
+        parts = []
+        for i in order:
+            jb = comp[i]
+            ls = sorted(zip(jb.links, jb.B), key=lambda lb: (lb[1], self.cap[lb[0]], str(lb[0])))
+            items = []
+            for l, b in ls:
+                if l not in relabel:
+                    relabel[l] = len(relabel)
+                items.append((relabel[l], b))
+            parts.append((jb.compute_s, jb.priority, jb.lam_max, jb.shift_s, jb.bmax, tuple(items)))
+        capsig = tuple(self.cap[l] for l, _ in sorted(relabel.items(), key=lambda kv: kv[1]))
+        key = (tuple(parts), capsig, budget)
+        res = self.cache.get(key)
+        if res is None:
+            self.evaluations += 1
+            ordered = [comp[i] for i in order]
+            me = None
+            if budget != 1.0:
+                me = max(10, int(budget * (60 + 30 * sum(1 for jb in ordered if jb.bmax > 0))))
+            res = tuple(simulate(ordered, self.cap, me, self.alloc_cache))
+            self.cache[key] = res
+        out = [0.0] * len(comp)
+        for pos, i in enumerate(order):
+            out[i] = res[pos]
+        return out
+
+    def times(self, jobs: Sequence[SimJob], budget: float = 1.0) -> List[float]:
+        """Iteration times; ``budget`` < 1: a screening evaluation with that fraction of the
+        model's event budget (cached separately; never a substitute for the model's figure)."""
+        jobs = prune_private_links(jobs, self.cap)
+        out = [0.0] * len(jobs)
+        for comp in _components(jobs):
+            res = self._component([jobs[i] for i in comp], budget)
+            for i, r in zip(comp, res):
+                out[i] = r
+        return out
+
+
+def prune_private_links(jobs: Sequence[SimJob], cap: Mapping) -> List[SimJob]:
+    """Links used by one job only are a fixed bound on its rate: fold them into lam_max and
+    drop them (exact; fewer links, more cache hits)."""
+    seen: set = set()
+    dup: set = set()
+    for jb in jobs:
+        for l in jb.links:
+            if l in seen:
+                dup.add(l)
+            else:
+                seen.add(l)
+    private = seen - dup
+    if not private:
+        return list(jobs)
+    out = []
+    for jb in jobs:
+        if private.isdisjoint(jb.links):
+            out.append(jb)
+            continue
+        lam = jb.lam_max
+        links, B = [], []
+        for l, b in zip(jb.links, jb.B):
+            if l not in private:
+                links.append(l)
+                B.append(b)
+            else:
+                lam = min(lam, cap[l] * jb.bmax / b)
+        out.append(SimJob(jb.compute_s, tuple(links), tuple(B), jb.bmax, jb.priority, lam, jb.shift_s))
+    return out
