@@ -22,7 +22,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict
 
 from runs.files import replace_dir
 
