@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from analysis.limit import job_limits
 from emulation import pcap
 from emulation.runner import analytical_isolated, run_emulation
 from workloads.scenario import load_scenario, resolve
@@ -43,12 +44,19 @@ def test_jobs_alone_are_close_to_the_analytical_time(fair_run):
 
 
 def test_fair_sharing_of_a_spine_link_slows_both_jobs(fair_run):
+    """Both jobs cross the one spine link, so neither can run at its isolated pace: each
+    iteration must move both jobs' bytes over that link (the capacity bound, 48 ms in trace
+    time against 44 ms alone). How far above the bound fair sharing lands depends on the
+    offset the start gives the two periodic jobs, which nothing under fair sharing corrects
+    (docs/phase-control.md): from the bound (the jobs alternate; 1.03 of the measured
+    isolated time in one run) to lockstep (about 1.5)."""
     sc, out, rows = fair_run
+    bound = job_limits(PAIR, analytical_isolated(resolve(sc)))
     for job, r in rows.items():
         assert r["iterations"] == sc.jobs[0].iterations
-        # measured 1.17-1.51 over this session's runs (the jobs' phases drift differently from
-        # run to run); a job alone runs at 1.00-1.06 of its measured isolated time
-        assert r["slowdown_vs_isolated"] > 1.12, (job, r)
+        assert bound[job]["rho"] > 1.05            # the shared link is oversubscribed
+        assert r["mean_iter_s"] >= 0.97 * bound[job]["limit_s"], (job, r, bound[job])
+        assert r["slowdown_vs_isolated"] > 0.99, (job, r)
     summary = _csv(out / "summary.csv")
     assert [s["job"] for s in summary] == ["jobA", "jobB"]
     assert {s["policy"] for s in summary} == {"fair"}
