@@ -17,8 +17,9 @@ After the run (``evaluate``):
   * link rate: over the intervals in which a link's queue was backlogged at both ends
     (saturated), bytes sent / time against its configured rate;
   * class shares: over the intervals in which two or more classes of a link were
-    backlogged, the share the highest of them got against what htb promises it
-    (the link less the others' guarantees);
+    backlogged and the highest had a whole interval's worth queued at the start, the share
+    it got against what htb promises it (the link less the others' guarantees);
+  * switch drops: frames Open vSwitch logged it could not send (its send socket full);
   * retransmissions: wire bytes that were not new sequence space, from the captures;
   * isolated runs: the spread (coefficient of variation) of the isolated iteration times;
   * phase error: summary.csv's ``phase_error`` (mean |measured - decided offset| as a fraction
@@ -111,6 +112,28 @@ def read_psi() -> Optional[int]:
         return None
 
 
+OVS_LOG = Path("/var/log/openvswitch/ovs-vswitchd.log")
+OVS_SEND_ERROR = "error sending Ethernet packet"     # a frame the switch dropped at its send socket
+
+
+def log_size(path: Path = OVS_LOG) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def ovs_send_errors(since: int, path: Path = OVS_LOG) -> Optional[int]:
+    """Frames Open vSwitch reported it could not send after byte ``since`` of its log (one
+    cluster runs at a time, so they are this run's); None without a log."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(since if since <= path.stat().st_size else 0)
+            return f.read().decode(errors="replace").count(OVS_SEND_ERROR)
+    except OSError:
+        return None
+
+
 def qdisc_stats(devs: Iterable[str]) -> Dict[str, dict]:
     """Per interface: root qdisc bytes, its backlog (bytes), the drops of all its qdiscs, and per
     class leaf (qos tree: the pfifo under class 1:1k) bytes and backlog."""
@@ -163,9 +186,11 @@ class Monitor:
         self._thread: Optional[threading.Thread] = None
         self.t_start = self.t_stop = None
         self.t_from = 0.0          # CPU figures count samples from this time on (the jobs' start)
+        self.ovs_log_at = 0
 
     def start(self) -> "Monitor":
         self.t_start = time.time()
+        self.ovs_log_at = log_size()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="fidelity-monitor", daemon=True)
         self._thread.start()
@@ -405,6 +430,12 @@ def evaluate(mon: Optional[Monitor], run_dir: Path, isolated_cv: Optional[Dict[s
         w = bad_c[0]
         reasons.append(f"higher class got {100 * w['top_class_share']:.0f}% of {w['link']} when classes "
                        f"competed (promised {100 * w['top_class_expected']:.0f}%)")
+    drops = ovs_send_errors(mon.ovs_log_at) if mon is not None else None
+    fig["ovs_send_errors"] = drops
+    checks["switch_drops"] = "n/a" if drops is None else "suspect" if drops > 0 else "ok"
+    if drops:
+        reasons.append(f"Open vSwitch dropped {drops} frame(s) at its send socket (docs/fidelity.md, "
+                       "\"Open vSwitch's send buffer\")")
     rtx = retransmissions(run_dir)
     fig["retransmit"] = rtx
     worst = max(rtx.values(), default=None)

@@ -3,7 +3,7 @@
 The epoch step is the controller's own (``scheduling.epochs.EpochDriver``): every epoch it
 starts from the jobs' declared states (``base.job_state``: declared host-pair bytes, compute
 time, isolated time under the shared model), keeps the active jobs, and runs the shared
-estimator (``scheduling.model.estimate_from_measurements`` + ``apply_estimates``)
+estimator (``scheduling.estimate.estimate_from_measurements`` + ``apply_estimates``)
 on the byte series measured during the last epoch: period and active fraction always,
 and -- with ``estimate_profiles`` -- bytes per pair and compute time too.
 

@@ -146,3 +146,17 @@ def test_class_share_is_judged_only_while_the_higher_class_stays_backlogged():
     assert rec["competing_s"] == pytest.approx(0.1)
     assert rec["top_class_share"] == pytest.approx(0.9)
     assert rec["qdisc_drops"] == 0
+
+
+def test_switch_drops_are_counted_from_the_log_since_the_run_began(tmp_path):
+    log = tmp_path / "ovs-vswitchd.log"
+    log.write_text("2026-12-04T00:00:00Z|netdev_linux|WARN|error sending Ethernet packet on tor0-eth6: "
+                   "Resource temporarily unavailable\n")
+    at = fidelity.log_size(log)
+    assert fidelity.ovs_send_errors(at, log) == 0
+    with open(log, "a") as f:
+        for _ in range(3):
+            f.write("2026-12-04T00:00:01Z|netdev_linux|WARN|error sending Ethernet packet on "
+                    "tor1-eth5: Resource temporarily unavailable\n")
+    assert fidelity.ovs_send_errors(at, log) == 3
+    assert fidelity.ovs_send_errors(0, tmp_path / "missing.log") is None
