@@ -79,7 +79,7 @@ def cmd_check(args) -> int:
                       f"{100 * f.mbps / rate:7.1f}%")
             if uplinks:
                 print(f"\nconcurrent cross-rack flows on every uplink ({len(c.hosts)} flows: every host "
-                      f"to the next rack):")
+                      f"to another rack, spread over the uplinks by the hash route):")
                 print(f"{'uplink':<12} {'flows':>5} {'Mbit/s':>8} {'of link':>8}")
                 for u in uplinks:
                     print(f"{u.link:<12} {u.flows:>5} {u.mbps:8.1f} {100 * u.mbps / u.rate_mbps:7.1f}%")

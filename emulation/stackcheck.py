@@ -230,16 +230,21 @@ class UplinkLoad:
 def uplink_pairs(c) -> List[Tuple[str, str]]:
     """One cross-rack flow per host such that the hash route (workloads.cluster.default_spine,
     what the fabric takes for fair sharing) spreads every ToR's flows over all its uplinks:
-    host i of a rack sends to a host of another rack whose pair hashes to spine i mod spines,
-    each receiver taken once where the choice allows."""
+    host i of a rack sends to a host of another rack whose pair hashes to spine i mod spines.
+    Among those it takes a host that receives nothing yet, on the spine's least-used downlink,
+    in the nearest rack after its own, so the downlinks and the receivers are loaded evenly too."""
     from workloads.cluster import default_spine
-    n, pairs, taken = c.spec.spines, [], set()
-    for r in range(c.spec.racks):
-        others = [b for k in range(1, c.spec.racks) for b in c.hosts_in_rack((r + k) % c.spec.racks)]
+    n, racks, pairs = c.spec.spines, c.spec.racks, []
+    taken, down = set(), {}
+    for r in range(racks):
+        others = [b for k in range(1, racks) for b in c.hosts_in_rack((r + k) % racks)]
         for i, a in enumerate(c.hosts_in_rack(r)):
-            want = [b for b in others if default_spine(a, b, n) == i % n]
-            b = next((b for b in want if b not in taken), want[0] if want else others[0])
+            want = [b for b in others if default_spine(a, b, n) == i % n] or others
+            b = min(want, key=lambda b: (b in taken, down.get((default_spine(a, b, n), c.rack_of(b)), 0),
+                                         others.index(b)))
             taken.add(b)
+            key = (default_spine(a, b, n), c.rack_of(b))
+            down[key] = down.get(key, 0) + 1
             pairs.append((a, b))
     return pairs
 
