@@ -4,7 +4,8 @@
         [--pairs 3] [--policy fair] --out DIR
 
 Each side is NAME:KEY=VALUE,...; a KEY is a scenario ``emulation`` field (gso_max_bytes,
-capture, tcp_cc, bandwidth_scale), ``iterations`` (every job's), or a host-tuning setting of
+capture, tcp_cc, bandwidth_scale,
+compute_jitter), ``iterations`` (every job's), or a host-tuning setting of
 emulation.jobspec.TUNING_DEFAULTS (passed as HARMONICS_TUNING).  The runs alternate A B A B
 ..., so the machine's slow periods hit both sides alike; each run is a separate
 ``python -m emulation run`` under the machine-wide stack lock (taken per run, so other users
@@ -36,7 +37,7 @@ from runs.logs import read_worker_log
 from .jobspec import TUNING_DEFAULTS
 
 LOCK = "/tmp/harmonics-stack.lock"
-EMU_KEYS = ("gso_max_bytes", "capture", "tcp_cc", "bandwidth_scale")
+EMU_KEYS = ("gso_max_bytes", "capture", "tcp_cc", "bandwidth_scale", "compute_jitter")
 
 
 def parse_side(arg: str) -> dict:
@@ -49,7 +50,7 @@ def parse_side(arg: str) -> dict:
         if k in EMU_KEYS:
             side["emulation"][k] = ([v] if k == "capture" else None if v == "null"
                                     else int(v) if k == "gso_max_bytes"
-                                    else float(v) if k == "bandwidth_scale" else v)
+                                    else float(v) if k in ("bandwidth_scale", "compute_jitter") else v)
         elif k == "iterations":
             side["iterations"] = int(v)
         elif k in TUNING_DEFAULTS:

@@ -160,7 +160,8 @@ def job_spec(job, cluster, emulation, *, port_base: int, start_at: float,
              dscp: Optional[int] = None,
              ip_of: Optional[Callable[[str], str]] = None,
              iterations: Optional[int] = None,
-             telemetry_path: Optional[Union[str, Path]] = None) -> dict:
+             telemetry_path: Optional[Union[str, Path]] = None,
+             job_index: int = 0, seed: int = 0) -> dict:
     """The spec of a workloads.scenario.ResolvedJob as a dict (see the module docstring).
 
     ``ip_of`` overrides cluster.host_ip (tests put every rank on 127.0.0.1)."""
@@ -190,6 +191,9 @@ def job_spec(job, cluster, emulation, *, port_base: int, start_at: float,
         "ranks": [{"rank": w.rank, "host": w.host, "gpu": w.gpu, "ip": ip_of(w.host),
                    "port": port_base + w.rank} for w in job.workers],
         "phases": scaled_phases(job.profile, n, ts, bs),
+        # compute noise (workloads/jitter.py): every rank draws the job's one sequence
+        "compute_jitter": float(getattr(emulation, "compute_jitter", 0.0)),
+        "jitter_seed": [int(seed), int(job_index)],
     }
 
 

@@ -246,12 +246,13 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
                 captures.append(p)
             mon = start_monitor(ec, procs, captures)
             mon.t_from = start_at
-            for j in rs.jobs:
+            for idx, j in enumerate(rs.jobs):
                 spec_path = out / "specs" / f"{j.name}.json"
                 write_job_spec(j, rs.cluster, emu, spec_path, port_base=ports[j.name],
                                start_at=start_at + j.spec.arrival_s * emu.time_scale,
                                control_dir=out / "control", log_path=out / "logs" / f"{j.name}.csv",
-                               telemetry_path=out / "telemetry" / f"{j.name}.csv")
+                               telemetry_path=out / "telemetry" / f"{j.name}.csv",
+                               job_index=idx, seed=sc.seed)
                 procs[j.name] = [ec.popen(w.host, [sys.executable, "-m", "emulation.worker", "--spec",
                                                    str(spec_path), "--rank", str(w.rank)],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -48,6 +48,7 @@ from typing import Dict, List, Optional, Tuple
 
 from runs.control import read_control
 from runs.logs import log_line, telemetry_line
+from workloads.jitter import ComputeNoise
 
 from .jobspec import JobSpecError, collectives_of, load_job_spec
 
@@ -137,6 +138,8 @@ class Worker:
         self.launch = time.time()
         self.log_fd = log_fd
         self.phases = spec["phases"]
+        seed, self.job_index = spec.get("jitter_seed") or (0, 0)
+        self.noise = ComputeNoise(float(spec.get("compute_jitter") or 0.0), seed)
         self.plans: Dict[int, CollectivePlan] = {
             i: CollectivePlan(i, c, rank, self.n) for i, c in collectives_of(spec)}
         self.out_peers = sorted(set().union(*[p.out_peers for p in self.plans.values()]))
@@ -405,10 +408,11 @@ class Worker:
         compute_s = comm_s = 0.0
         c_start = c_len = None
         c_end = 0.0
+        factor = self.noise.factor(self.job_index)      # this iteration's compute noise
         for i, p in enumerate(self.phases):
             if p["op"] == "compute":
                 _sleep_until(c_end)  # the previous compute (if overlapped) must be over
-                c_start, c_len = time.time(), float(p["seconds"])
+                c_start, c_len = time.time(), float(p["seconds"]) * factor
                 c_end = c_start + c_len
                 compute_s += c_len
             else:

@@ -147,7 +147,9 @@ class Engine(FlowRates, PolicyControl):
     def _setup_phasing(self):
         """Compute-time noise and phase control (simulation.phasing), from the scenario's
         settings unless the config overrides them."""
-        from .phasing import ComputeNoise, SimPhaseControl
+        from workloads.jitter import ComputeNoise
+
+        from .phasing import SimPhaseControl
         from scheduling.phase import PhaseConfig
         sc = self.scenario
         sigma = self.cfg.compute_jitter

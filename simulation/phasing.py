@@ -14,28 +14,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Dict, List
 
-import numpy as np
-
 from scheduling.phase import (PhaseConfig, PhaseController, job_links, phase_inputs,
                                           phase_rows, phase_summary)
 from workloads.flows import host_pair_bytes
 
 HISTORY = 16          # iteration starts kept per job for the controller
-
-
-class ComputeNoise:
-    def __init__(self, sigma: float, seed: int):
-        self.sigma = float(sigma)
-        self.seed = int(seed)
-        self._rng: Dict[int, np.random.Generator] = {}
-
-    def factor(self, job_idx: int) -> float:
-        if self.sigma <= 0.0:
-            return 1.0
-        g = self._rng.get(job_idx)
-        if g is None:
-            g = self._rng[job_idx] = np.random.default_rng([self.seed, job_idx])
-        return max(0.0, 1.0 + self.sigma * float(g.standard_normal()))
 
 
 class SimPhaseControl:

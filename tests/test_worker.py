@@ -19,6 +19,7 @@ from emulation.jobspec import (JobSpecError, collectives_of, default_port_bases,
 from runs.control import write_control
 from runs.logs import LOG_HEADER, read_worker_log
 from workloads.flows import collective_flows
+from workloads.jitter import ComputeNoise
 from workloads.scenario import EmulationSpec, parse_scenario, resolve
 
 REPO = Path(__file__).resolve().parent.parent
@@ -330,3 +331,26 @@ def test_overlap_starts_collectives_inside_the_compute(tmp_path, monkeypatch):
     assert t1 - t0 == pytest.approx(0.65, abs=0.05)              # 0.45 + 0.2
     assert compute_s == pytest.approx(0.6) and comm_s == pytest.approx(0.15, abs=0.03)
     w.close()
+
+
+def test_compute_jitter_draws_the_simulators_sequence_on_every_rank(tmp_path):
+    """With compute_jitter, every rank of a job stretches each iteration's compute by the same
+    factor, the one the simulator draws for that job (workloads/jitter.py, seeded by the
+    scenario's seed and the job's index); the declared compute is 0.04 s an iteration."""
+    n, iters = 2, 6
+    rs = make_resolved([job_dict("jobA", n, [
+        {"op": "compute", "seconds": 0.02},
+        {"op": "allreduce", "bytes": 400_000},
+        {"op": "compute", "seconds": 0.02}], iterations=iters)])
+    path, spec = write_spec(tmp_path, rs)
+    spec.update(compute_jitter=0.2, jitter_seed=[7, 3])
+    path.write_text(json.dumps(spec))
+    codes = wait_all(start_workers(path, n), 30)
+    assert codes == {r: 0 for r in range(n)}
+    noise = ComputeNoise(0.2, 7)
+    want = [0.04 * noise.factor(3) for _ in range(iters)]
+    rows = read_worker_log(spec["log_path"])
+    for r in range(n):
+        got = [x["compute_s"] for x in rows if x["rank"] == r and x["status"] == "ok"]
+        assert got == pytest.approx(want, abs=1e-6)       # the log keeps microseconds
+    assert max(want) - min(want) > 0.004          # the factors really differ

@@ -80,6 +80,10 @@ class EmulationSpec(_Strict):
     max_host_link_mbps: PositiveFloat = 100.0
     gso_max_bytes: Optional[int] = Field(16384, ge=1500, le=65536,
                                          description="hosts' largest segmentation-offload frame (null: kernel default)")
+    compute_jitter: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "std of a per-iteration factor 1 + N(0, sigma) on every compute phase the workers "
+        "replay, drawn as simulation.compute_jitter draws it (workloads/jitter.py); 0: compute "
+        "replayed exactly"))
 
     @property
     def bytes_scale(self) -> float:
