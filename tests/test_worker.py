@@ -20,7 +20,7 @@ from runs.control import write_control
 from runs.logs import LOG_HEADER, read_worker_log
 from workloads.flows import collective_flows
 from workloads.jitter import ComputeNoise
-from workloads.scenario import EmulationSpec, parse_scenario, resolve
+from workloads.scenario import parse_scenario, resolve
 
 REPO = Path(__file__).resolve().parent.parent
 
