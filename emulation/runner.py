@@ -39,9 +39,10 @@ from typing import Dict, List, Optional
 
 from workloads.scenario import ResolvedScenario, Scenario, ScenarioError, dump_scenario, load_scenario, resolve
 
-from runs.summary import summary_row, write_summary_csv
-from scheduling.phase import phase_rows_from_records, phase_summary, write_phase_csv
 from runs.logs import read_worker_log
+from runs.rundata import phase_rows_from_records
+from runs.summary import summary_row, write_summary_csv
+from scheduling.phase import phase_summary, write_phase_csv
 
 from . import fidelity, qos
 from .jobspec import WARMUP_ITERATIONS, default_port_bases, tuning, write_job_spec

@@ -284,7 +284,7 @@ class RunData:
         appends to decisions.jsonl while the run goes (docs/phase-control.md)."""
         rows = self._file("phase.csv", _read_csv, []) if (self.dir / "phase.csv").exists() else []
         if not rows and (self.dir / "decisions.jsonl").exists():
-            rows = _phase_rows(self._file("decisions.jsonl", read_jsonl, []))
+            rows = phase_rows_from_records(self._file("decisions.jsonl", read_jsonl, []))
         per: Dict[str, dict] = {}
         corrections = []
         for r in rows:
@@ -316,32 +316,32 @@ class RunData:
         return clean(dict(f, available=True))
 
 
+def _json_field(v):
+    """A dict field as decisions.jsonl holds it, or as JSON text in a decisions.csv cell."""
+    if not isinstance(v, str):
+        return v
+    try:
+        return json.loads(v) if v.strip() else {}
+    except ValueError:
+        return {"raw": v}
+
+
 def _decision(d: dict) -> dict:
     """One decision, from a decisions.jsonl record or a decisions.csv row."""
-    caps = d.get("rate_caps_gbps")
-    if isinstance(caps, str):
-        try:
-            caps = json.loads(caps) if caps.strip() else {}
-        except ValueError:
-            caps = {"raw": caps}
+    caps = _json_field(d.get("rate_caps_gbps"))
     spine = d.get("spine")
     if isinstance(spine, str):
         spine = _int(spine)
-    fs = d.get("flow_spines")
-    if isinstance(fs, str):
-        try:
-            fs = json.loads(fs) if fs.strip() else {}
-        except ValueError:
-            fs = {"raw": fs}
+    fs = _json_field(d.get("flow_spines"))
     return {"class": _int(d.get("priority")), "shift_s": _num(d.get("shift_s")) or 0.0,
             "caps_gbps": caps if isinstance(caps, dict) else {}, "spine": spine,
             "flow_spines": fs if isinstance(fs, dict) else {}, "reason": str(d.get("reason") or "")}
 
 
-def _phase_rows(records: List[dict]) -> List[dict]:
+def phase_rows_from_records(records: List[dict]) -> List[dict]:
     """phase.csv rows from the controller's epoch records (decisions.jsonl): each record
-    carries the phase samples taken since the epoch before it (as
-    scheduling.phase.phase_rows_from_records, which the runner uses for phase.csv)."""
+    carries the phase samples taken since the epoch before it (the runner writes phase.csv
+    from these; the live view reads them while the run goes)."""
     out = []
     for rec in records:
         for row in rec.get("phase_samples") or []:

@@ -330,16 +330,6 @@ def write_phase_csv(path, rows: Sequence[Mapping]) -> None:
             w.writerow([f(r.get(c)) for c in PHASE_COLS])
 
 
-def phase_rows_from_records(records: Sequence[Mapping]) -> List[dict]:
-    """phase.csv rows from the emulator's epoch records (decisions.jsonl): each record carries
-    the phase samples taken since the epoch before it."""
-    out = []
-    for rec in records:
-        for row in rec.get("phase_samples") or []:
-            out.append({**row, "epoch": rec.get("epoch")})
-    return out
-
-
 def phase_summary(rows: Sequence[Mapping], warmup_epochs: int = 1) -> Dict[str, dict]:
     """job -> phase_error (mean absolute error over the epochs it was measured, the first
     ``warmup_epochs`` measurements left out; None: never measured) and corrections (count)."""
