@@ -108,7 +108,11 @@ def _limit(rep: Report) -> None:
             if finite(j.isolated_iter_s) and j.job not in iso:
                 iso[j.job] = j.isolated_iter_s
     from .limit import job_limits
-    lim = job_limits(path, iso) if path.exists() else {}
+    payload = 1.0
+    if any(r.backend == "emulation" for r in rep.runs):
+        from emulation.qos import TCP_PAYLOAD_PER_FRAME
+        payload = TCP_PAYLOAD_PER_FRAME
+    lim = job_limits(path, iso, payload) if path.exists() else {}
     if not lim:
         return
     rep.limit_row = {"policy": "limit", "status": "bound", "jobs": len(lim),

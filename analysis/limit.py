@@ -16,7 +16,8 @@ rho_g).  limit_j is therefore the iteration time j would have if its most loaded
 were shared with every job slowed alike, and T0_j where nothing is oversubscribed: no policy
 can bring all the jobs of a group below it at once; one job may go below it only by slowing
 another.  Jobs count as sharing g if their lifetimes at isolated pace (arrival + iterations x
-T0) overlap.  Gap of a policy = its mean iteration time / the mean of limit_j.
+T0) overlap.  Gap of a policy = its mean iteration time / the mean of limit_j.  On the
+emulator C_g is the payload rate: the shaped rate less the frames' headers.
 """
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ from pathlib import Path
 from typing import Dict, Mapping, Optional
 
 
-def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = None
-               ) -> Dict[str, dict]:
+def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = None,
+               payload_fraction: float = 1.0) -> Dict[str, dict]:
     """job -> {"isolated_s", "rho", "group", "limit_s"}; {} if the scenario cannot be
-    resolved (the report then shows no limit row)."""
+    resolved (the report then shows no limit row).  ``payload_fraction``: the share of a
+    link's rate that carries the jobs' bytes (the emulator's frames carry headers too:
+    emulation.qos.TCP_PAYLOAD_PER_FRAME; 1 for the fluid simulator)."""
     try:
         from scheduling import state_from_scenario
         from scheduling.links import job_link_bytes, link_capacities
@@ -51,7 +54,7 @@ def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = No
     gcap: Dict[tuple, float] = {}
     for link in cl.links:
         g = group(link.index)
-        gcap[g] = gcap.get(g, 0.0) + cap[link.index]
+        gcap[g] = gcap.get(g, 0.0) + cap[link.index] * payload_fraction
     iso, use, life = {}, {}, {}
     arrivals = {j.name: j.spec.arrival_s for j in rs.jobs}
     iters = {j.name: j.spec.iterations for j in rs.jobs}

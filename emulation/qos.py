@@ -26,6 +26,13 @@ from scheduling.classes import class_dscp
 
 GUARANTEE_FRACTION = 0.02
 
+# htb meters whole frames, headers included. A full TCP segment on the emulated links (MTU
+# 1500, timestamps on: the MSS is 1448, seen in the captures) is 1448 bytes of payload in a
+# 1514-byte frame (Ethernet 14 + IPv4 20 + TCP 32), so a shaped link carries the jobs'
+# bytes at 95.6% of its rate. The fluid simulator's links carry payload at their full rate;
+# simulation.crossval gives them this fraction when it compares the two.
+TCP_PAYLOAD_PER_FRAME = 1448 / 1514
+
 
 def tree_commands(dev: str, mbps: float, num_classes: int) -> List[List[str]]:
     guarantee = max(mbps * GUARANTEE_FRACTION, 0.05)

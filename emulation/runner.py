@@ -46,7 +46,7 @@ from scheduling.phase import phase_summary, write_phase_csv
 
 from . import fidelity, qos
 from .jobspec import WARMUP_ITERATIONS, default_port_bases, tuning, write_job_spec
-from .net import EmulatedCluster, terminate_as_exception
+from .net import EmulatedCluster, check_stack, terminate_as_exception
 from .topo import check_emulable
 
 def known_policies() -> tuple:
@@ -193,6 +193,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
         raise ScenarioError(f"--policy: unknown policy {policy!r} (known: {', '.join(known_policies())})")
     if not rs.jobs:
         raise ScenarioError("jobs: the scenario has no jobs to run")
+    check_stack()   # before anything is written: a refused run leaves no folder behind
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.yaml").write_text(dump_scenario(sc))

@@ -40,6 +40,17 @@ def test_limit_stretches_by_the_load_of_a_shared_uplink(tmp_path):
     assert lim2["A"]["rho"] == pytest.approx(2 * 0.096 / 0.2)
 
 
+def test_limit_on_payload_rate_stretches_the_capacity_bound(tmp_path):
+    """The emulator's frames carry headers: at payload fraction f the link moves the bytes
+    in 1/f the time, so the load rho of an oversubscribed group grows by 1/f."""
+    p = _write(tmp_path, 25.0)
+    iso = {"A": 0.2, "B": 0.2}
+    full, framed = job_limits(p, iso), job_limits(p, iso, payload_fraction=0.9)
+    for n in ("A", "B"):
+        assert framed[n]["rho"] == pytest.approx(full[n]["rho"] / 0.9, rel=1e-9)
+        assert framed[n]["limit_s"] == pytest.approx(2 * 0.096 / 0.9, rel=1e-6)
+
+
 def test_limit_of_an_unreadable_scenario_is_empty(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("name: [")

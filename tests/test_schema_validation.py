@@ -127,3 +127,16 @@ def test_cli_validate(tmp_path):
     p.write_text("name: [unclosed\n")
     r = _cli("validate", str(p))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "YAML" in r.stderr
+
+
+def test_a_run_refused_for_a_missing_stack_writes_nothing(tmp_path):
+    """No Open vSwitch tools on PATH: one error line, and no run folder half-written."""
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "emulation", "run", "scenarios/pair-shared-spine.yaml",
+                        "--policy", "fair", "--out", str(out)],
+                       capture_output=True, text=True, env={"PATH": str(tmp_path)},
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not found: run ./scripts/setup.sh" in lines[0], r.stderr
+    assert not out.exists() or not any(out.iterdir())

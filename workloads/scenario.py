@@ -63,6 +63,15 @@ class JobSpec(_Strict):
         return self.workers if self.workers is not None else len(self.placement.slots)
 
 
+# Per-iteration compute-time jitter of both back ends (std of a multiplicative factor): the
+# jitter at which the simulator's fair sharing on pair-shared-spine reproduces the emulator's
+# measured one (58.1 +/- 2.8 ms over 3 runs against 58.5 ms simulated); the emulator's isolated
+# spread alone (1%, 0.02 on compute) leaves out TCP's sharing noise under contention
+# (docs/phase-control.md, "Noise in the simulator"). The emulator's workers draw the same
+# factors (workloads/jitter.py), so both back ends run one noise model by default.
+DEFAULT_COMPUTE_JITTER = 0.1
+
+
 class EmulationSpec(_Strict):
     """How the real cluster is scaled onto the emulator.
 
@@ -80,7 +89,7 @@ class EmulationSpec(_Strict):
     max_host_link_mbps: PositiveFloat = 100.0
     gso_max_bytes: Optional[int] = Field(16384, ge=1500, le=65536,
                                          description="hosts' largest segmentation-offload frame (null: kernel default)")
-    compute_jitter: float = Field(0.0, ge=0.0, le=1.0, description=(
+    compute_jitter: float = Field(DEFAULT_COMPUTE_JITTER, ge=0.0, le=1.0, description=(
         "std of a per-iteration factor 1 + N(0, sigma) on every compute phase the workers "
         "replay, drawn as simulation.compute_jitter draws it (workloads/jitter.py); 0: compute "
         "replayed exactly"))
@@ -103,13 +112,6 @@ class PhaseControlSpec(_Strict):
     gain: float = Field(1.0, gt=0.0, le=1.0)
     tolerance: float = Field(0.04, ge=0.0, lt=0.5)
 
-
-# Per-iteration compute-time jitter of the simulator (std of a multiplicative factor): the
-# jitter at which the simulator's fair sharing on pair-shared-spine reproduces the emulator's
-# measured one (58.1 +/- 2.8 ms over 3 runs against 58.5 ms simulated); the emulator's isolated
-# spread alone (1%, 0.02 on compute) leaves out TCP's sharing noise under contention
-# (docs/phase-control.md, "Noise in the simulator").
-DEFAULT_COMPUTE_JITTER = 0.1
 
 
 class SimulationSpec(_Strict):
