@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from .wfkernel import fill_classes, fill_free
+
 _REL_EPS = 1e-9
 
 
@@ -37,6 +39,26 @@ def waterfill(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.n
     ``capacity``: capacity of every constraint index used in ``cols``.
     An entity with no constraint at all gets ``inf``.
     """
+    rates = np.zeros(n_entities)
+    if n_entities == 0:
+        return rates
+    if len(rows) == 0:
+        rates[:] = np.inf
+        return rates
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    vals = np.asarray(vals, dtype=float)
+    constrained = np.bincount(rows, minlength=n_entities) > 0
+    rates[~constrained] = np.inf
+    residual = np.array(capacity, dtype=float)
+    fill_classes(rates, np.asarray(classes, dtype=np.int64), rows, cols, vals, residual)
+    return rates
+
+
+def waterfill_numpy(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                    vals: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """``waterfill`` with the numpy filling (``_fill_class``): the reference the compiled
+    kernel (``simulation.wfkernel``) is checked against, bit for bit."""
     rates = np.zeros(n_entities)
     if n_entities == 0:
         return rates
@@ -197,28 +219,19 @@ def waterfill_update(n_entities: int, classes: np.ndarray, rows: np.ndarray, col
     c0 = min(changed)
     lam = min([float(r) for r, c in removed if int(c) == c0], default=math.inf)
     hi = classes < c0
-    nzr = prev[rows] * vals
-    if hi.any():
-        m = hi[rows]
-        res_hi = capacity - np.bincount(cols[m], weights=nzr[m], minlength=len(capacity))
-    else:
-        res_hi = capacity
     new0 = is_new & (classes == c0)
     if new0.any():
+        if hi.any():
+            m = hi[rows]
+            nzr = prev[rows[m]] * vals[m]
+            res_hi = capacity - np.bincount(cols[m], weights=nzr, minlength=len(capacity))
+        else:
+            res_hi = capacity
         lam = min(lam, _first_fill_level(rows, cols, vals, res_hi, prev, classes == c0, new0))
     fixed = hi | ((classes == c0) & ~is_new & (prev < lam * (1.0 - 1e-12)))
     if not fixed.any():
         return waterfill(n_entities, classes, rows, cols, vals, capacity)
-    free = ~fixed
-    fm = fixed[rows]
-    residual = capacity - np.bincount(cols[fm], weights=nzr[fm], minlength=len(capacity))
-    np.maximum(residual, 0.0, out=residual)
-    rates[fixed] = prev[fixed]
-    nf = int(np.count_nonzero(free))
-    if nf:
-        pos = np.cumsum(free) - 1
-        um = ~fm
-        rates[free] = waterfill(nf, classes[free], pos[rows[um]], cols[um], vals[um], residual)
+    fill_free(rates, classes.astype(np.int64), rows, cols, vals, capacity, prev, fixed)
     return rates
 
 
