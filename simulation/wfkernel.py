@@ -24,9 +24,10 @@ _INF = np.inf
 
 
 @njit(cache=True)
-def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
-    """One class: the entries ``sel`` (increasing indices into rows/cols/vals).
-    ``ent_map`` / ``con_map``: scratch arrays of -1 (restored on return)."""
+def _index(rows, cols, sel, ent_map, con_map):
+    """Compact numbering of the entities and constraints of the entries ``sel`` (sorted ids,
+    as np.unique), each entry's local entity and constraint, and the entries grouped by entity
+    (CSR ``ecount`` / ``eent``) in their order.  Leaves ``ent_map`` / ``con_map`` set."""
     ns = len(sel)
     # compact entity and constraint numbering, in increasing id order (as np.unique)
     ne = 0
@@ -81,6 +82,17 @@ def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
         e = le[j]
         eent[epos[e]] = j
         epos[e] += 1
+    return uents, ucons, le, lc, ecount, eent
+
+
+@njit(cache=True)
+def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
+    """One class: the entries ``sel`` (increasing indices into rows/cols/vals).
+    ``ent_map`` / ``con_map``: scratch arrays of -1 (restored on return)."""
+    uents, ucons, le, lc, ecount, eent = _index(rows, cols, sel, ent_map, con_map)
+    ns = len(sel)
+    ne = len(uents)
+    kc = len(ucons)
     cb = np.empty(kc)
     w = np.zeros(kc)
     for k in range(kc):
