@@ -22,12 +22,24 @@ The incidence is given in COO form (``rows``: entity position, ``cols``: constra
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
-from .wfkernel import fill_classes, fill_free
-
 _REL_EPS = 1e-9
+
+# incidence entries from which a call uses the compiled kernel (simulation.wfkernel, the same
+# rates bit for bit); below, the numpy filling, which spares small runs numba's import
+KERNEL_MIN_NNZ = 512
+_kernel = None
+
+
+def _wfkernel():
+    global _kernel
+    if _kernel is None:
+        from .wfkernel import fill_classes, fill_free
+        _kernel = SimpleNamespace(fill_classes=fill_classes, fill_free=fill_free)
+    return _kernel
 
 
 def waterfill(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.ndarray,
@@ -50,8 +62,10 @@ def waterfill(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.n
     vals = np.asarray(vals, dtype=float)
     constrained = np.bincount(rows, minlength=n_entities) > 0
     rates[~constrained] = np.inf
+    if len(rows) < KERNEL_MIN_NNZ:
+        return _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained)
     residual = np.array(capacity, dtype=float)
-    fill_classes(rates, np.asarray(classes, dtype=np.int64), rows, cols, vals, residual)
+    _wfkernel().fill_classes(rates, np.asarray(classes, dtype=np.int64), rows, cols, vals, residual)
     return rates
 
 
@@ -70,6 +84,10 @@ def waterfill_numpy(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols
     vals = np.asarray(vals, dtype=float)
     constrained = np.bincount(rows, minlength=n_entities) > 0
     rates[~constrained] = np.inf
+    return _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained)
+
+
+def _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained):
     classes = np.asarray(classes)
     cls_c = classes[constrained]
     capacity = np.asarray(capacity, dtype=float)
@@ -231,7 +249,20 @@ def waterfill_update(n_entities: int, classes: np.ndarray, rows: np.ndarray, col
     fixed = hi | ((classes == c0) & ~is_new & (prev < lam * (1.0 - 1e-12)))
     if not fixed.any():
         return waterfill(n_entities, classes, rows, cols, vals, capacity)
-    fill_free(rates, classes.astype(np.int64), rows, cols, vals, capacity, prev, fixed)
+    if len(rows) >= KERNEL_MIN_NNZ:
+        _wfkernel().fill_free(rates, classes.astype(np.int64), rows, cols, vals, capacity, prev, fixed)
+        return rates
+    free = ~fixed
+    fm = fixed[rows]
+    residual = capacity - np.bincount(cols[fm], weights=prev[rows[fm]] * vals[fm],
+                                      minlength=len(capacity))
+    np.maximum(residual, 0.0, out=residual)
+    rates[fixed] = prev[fixed]
+    nf = int(np.count_nonzero(free))
+    if nf:
+        pos = np.cumsum(free) - 1
+        um = ~fm
+        rates[free] = waterfill(nf, classes[free], pos[rows[um]], cols[um], vals[um], residual)
     return rates
 
 

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+import simulation.waterfill as wf
 from simulation.waterfill import waterfill, waterfill_numpy, waterfill_update
 
 
@@ -32,7 +33,8 @@ def _random_problem(rng, trial):
     return n, classes, rows, cols, vals, cap
 
 
-def test_kernel_equals_numpy_filling_bit_for_bit():
+def test_kernel_equals_numpy_filling_bit_for_bit(monkeypatch):
+    monkeypatch.setattr(wf, "KERNEL_MIN_NNZ", 0)          # every call through the kernel
     rng = np.random.default_rng(11)
     for trial in range(600):
         n, classes, rows, cols, vals, cap = _random_problem(rng, trial)
@@ -84,7 +86,8 @@ def _assemble(ents):
             np.array([c for _, _, c in ents], dtype=np.int64))
 
 
-def test_incremental_update_equals_numpy_reference_and_full_recompute():
+def test_incremental_update_equals_numpy_reference_and_full_recompute(monkeypatch):
+    monkeypatch.setattr(wf, "KERNEL_MIN_NNZ", 0)
     rng = np.random.default_rng(5)
 
     def entity(k, multi):
@@ -115,6 +118,10 @@ def test_incremental_update_equals_numpy_reference_and_full_recompute():
             got = waterfill_update(len(ents2), cl, r, c, v, cap, p2, is_new, removed)
             ref = _update_reference(len(ents2), cl, r, c, v, cap, p2, is_new, removed)
             assert got.tobytes() == ref.tobytes()
+            with monkeypatch.context() as mp:       # the numpy path of waterfill_update
+                mp.setattr(wf, "KERNEL_MIN_NNZ", 10 ** 9)
+                got_np = waterfill_update(len(ents2), cl, r, c, v, cap, p2, is_new, removed)
+            assert got_np.tobytes() == got.tobytes()
             full = waterfill(len(ents2), cl, r, c, v, cap)
             assert np.allclose(got, full, rtol=1e-9, atol=1e-12)
             ents, prev = ents2, got
