@@ -22,10 +22,24 @@ The incidence is given in COO form (``rows``: entity position, ``cols``: constra
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
 _REL_EPS = 1e-9
+
+# incidence entries from which a call uses the compiled kernel (simulation.wfkernel, the same
+# rates bit for bit); below, the numpy filling, which spares small runs numba's import
+KERNEL_MIN_NNZ = 512
+_kernel = None
+
+
+def _wfkernel():
+    global _kernel
+    if _kernel is None:
+        from .wfkernel import fill_classes, fill_free
+        _kernel = SimpleNamespace(fill_classes=fill_classes, fill_free=fill_free)
+    return _kernel
 
 
 def waterfill(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.ndarray,
@@ -48,6 +62,32 @@ def waterfill(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.n
     vals = np.asarray(vals, dtype=float)
     constrained = np.bincount(rows, minlength=n_entities) > 0
     rates[~constrained] = np.inf
+    if len(rows) < KERNEL_MIN_NNZ:
+        return _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained)
+    residual = np.array(capacity, dtype=float)
+    _wfkernel().fill_classes(rates, np.asarray(classes, dtype=np.int64), rows, cols, vals, residual)
+    return rates
+
+
+def waterfill_numpy(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                    vals: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """``waterfill`` with the numpy filling (``_fill_class``): the reference the compiled
+    kernel (``simulation.wfkernel``) is checked against, bit for bit."""
+    rates = np.zeros(n_entities)
+    if n_entities == 0:
+        return rates
+    if len(rows) == 0:
+        rates[:] = np.inf
+        return rates
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    vals = np.asarray(vals, dtype=float)
+    constrained = np.bincount(rows, minlength=n_entities) > 0
+    rates[~constrained] = np.inf
+    return _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained)
+
+
+def _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained):
     classes = np.asarray(classes)
     cls_c = classes[constrained]
     capacity = np.asarray(capacity, dtype=float)
@@ -197,21 +237,25 @@ def waterfill_update(n_entities: int, classes: np.ndarray, rows: np.ndarray, col
     c0 = min(changed)
     lam = min([float(r) for r, c in removed if int(c) == c0], default=math.inf)
     hi = classes < c0
-    nzr = prev[rows] * vals
-    if hi.any():
-        m = hi[rows]
-        res_hi = capacity - np.bincount(cols[m], weights=nzr[m], minlength=len(capacity))
-    else:
-        res_hi = capacity
     new0 = is_new & (classes == c0)
     if new0.any():
+        if hi.any():
+            m = hi[rows]
+            nzr = prev[rows[m]] * vals[m]
+            res_hi = capacity - np.bincount(cols[m], weights=nzr, minlength=len(capacity))
+        else:
+            res_hi = capacity
         lam = min(lam, _first_fill_level(rows, cols, vals, res_hi, prev, classes == c0, new0))
     fixed = hi | ((classes == c0) & ~is_new & (prev < lam * (1.0 - 1e-12)))
     if not fixed.any():
         return waterfill(n_entities, classes, rows, cols, vals, capacity)
+    if len(rows) >= KERNEL_MIN_NNZ:
+        _wfkernel().fill_free(rates, classes.astype(np.int64), rows, cols, vals, capacity, prev, fixed)
+        return rates
     free = ~fixed
     fm = fixed[rows]
-    residual = capacity - np.bincount(cols[fm], weights=nzr[fm], minlength=len(capacity))
+    residual = capacity - np.bincount(cols[fm], weights=prev[rows[fm]] * vals[fm],
+                                      minlength=len(capacity))
     np.maximum(residual, 0.0, out=residual)
     rates[fixed] = prev[fixed]
     nf = int(np.count_nonzero(free))

@@ -1,0 +1,264 @@
+"""Compiled (numba) kernel of the water-filling in ``simulation.waterfill``.
+
+``fill_classes`` is the same computation as ``waterfill._fill_class`` called once per priority
+class (highest first), with the same floating-point operations in the same order, so the rates
+are bit-identical to the numpy version:
+
+* a constraint's level is ``cb / w`` (``w``: flow count of the unfrozen entities, exact);
+* each round freezes the entities of every constraint whose level is a local minimum, at
+  their tightest level;
+* what a round's newly frozen entities take from a constraint is summed from 0 in the order
+  of the incidence entries (as ``np.bincount`` does) and then subtracted once, then the
+  residual is clipped at 0;
+* after a class, what it takes is summed the same way and subtracted from the residual.
+
+The numpy version needs several passes over all entries per round; here a round is one pass
+over the entries of the entities still unfrozen, with no temporaries.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_INF = np.inf
+
+
+@njit(cache=True)
+def _index(rows, cols, sel, ent_map, con_map):
+    """Compact numbering of the entities and constraints of the entries ``sel`` (sorted ids,
+    as np.unique), each entry's local entity and constraint, and the entries grouped by entity
+    (CSR ``ecount`` / ``eent``) in their order.  Leaves ``ent_map`` / ``con_map`` set."""
+    ns = len(sel)
+    # compact entity and constraint numbering, in increasing id order (as np.unique)
+    ne = 0
+    kc = 0
+    for j in range(ns):
+        i = sel[j]
+        r = rows[i]
+        if ent_map[r] < 0:
+            ent_map[r] = 0
+            ne += 1
+        c = cols[i]
+        if con_map[c] < 0:
+            con_map[c] = 0
+            kc += 1
+    uents = np.empty(ne, dtype=np.int64)
+    ucons = np.empty(kc, dtype=np.int64)
+    a = 0
+    b = 0
+    for j in range(ns):
+        i = sel[j]
+        r = rows[i]
+        if ent_map[r] == 0:
+            ent_map[r] = -2
+            uents[a] = r
+            a += 1
+        c = cols[i]
+        if con_map[c] == 0:
+            con_map[c] = -2
+            ucons[b] = c
+            b += 1
+    uents.sort()
+    ucons.sort()
+    for k in range(ne):
+        ent_map[uents[k]] = k
+    for k in range(kc):
+        con_map[ucons[k]] = k
+    le = np.empty(ns, dtype=np.int64)
+    lc = np.empty(ns, dtype=np.int64)
+    for j in range(ns):
+        i = sel[j]
+        le[j] = ent_map[rows[i]]
+        lc[j] = con_map[cols[i]]
+    # entries grouped by entity (CSR), keeping their order
+    ecount = np.zeros(ne + 1, dtype=np.int64)
+    for j in range(ns):
+        ecount[le[j] + 1] += 1
+    for k in range(ne):
+        ecount[k + 1] += ecount[k]
+    epos = ecount[:ne].copy()
+    eent = np.empty(ns, dtype=np.int64)
+    for j in range(ns):
+        e = le[j]
+        eent[epos[e]] = j
+        epos[e] += 1
+    return uents, ucons, le, lc, ecount, eent
+
+
+@njit(cache=True)
+def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
+    """One class: the entries ``sel`` (increasing indices into rows/cols/vals).
+    ``ent_map`` / ``con_map``: scratch arrays of -1 (restored on return)."""
+    uents, ucons, le, lc, ecount, eent = _index(rows, cols, sel, ent_map, con_map)
+    ns = len(sel)
+    ne = len(uents)
+    kc = len(ucons)
+    cb = np.empty(kc)
+    w = np.zeros(kc)
+    for k in range(kc):
+        v = base[ucons[k]]
+        cb[k] = v if v > 0.0 else 0.0
+    for j in range(ns):
+        w[lc[j]] += vals[sel[j]]
+    for k in range(kc):
+        if w[k] < 0.5:
+            cb[k] = _INF
+            w[k] = 1.0
+    frozen = np.zeros(ne, dtype=np.bool_)
+    newly = np.zeros(ne, dtype=np.bool_)
+    rate = np.zeros(ne)
+    m = np.empty(ne)
+    F = np.empty(kc)
+    cmin = np.empty(kc)
+    local = np.zeros(kc, dtype=np.bool_)
+    sw = np.zeros(kc)
+    sr = np.zeros(kc)
+    left = ne
+    while left > 0:
+        for k in range(kc):
+            F[k] = cb[k] / w[k]
+            cmin[k] = _INF
+        for e in range(ne):
+            if frozen[e]:
+                m[e] = _INF
+                continue
+            mm = _INF
+            for q in range(ecount[e], ecount[e + 1]):
+                f = F[lc[eent[q]]]
+                if f < mm:
+                    mm = f
+            m[e] = mm
+        for j in range(ns):
+            k = lc[j]
+            x = m[le[j]]
+            if x < cmin[k]:
+                cmin[k] = x
+        anyl = False
+        for k in range(kc):
+            loc = F[k] <= cmin[k] and F[k] < _INF
+            local[k] = loc
+            if loc:
+                anyl = True
+        if not anyl:                       # cannot happen; guard against a stall
+            best = 0
+            for k in range(kc):
+                if F[k] < F[best]:
+                    best = k
+            local[best] = True
+        nnew = 0
+        for e in range(ne):
+            newly[e] = False
+            if frozen[e]:
+                continue
+            for q in range(ecount[e], ecount[e + 1]):
+                if local[lc[eent[q]]]:
+                    newly[e] = True
+                    break
+            if newly[e]:
+                rate[e] = m[e]
+                frozen[e] = True
+                nnew += 1
+        left -= nnew
+        if left <= 0:
+            break
+        for k in range(kc):
+            sw[k] = 0.0
+            sr[k] = 0.0
+        for j in range(ns):
+            e = le[j]
+            if newly[e]:
+                k = lc[j]
+                v = vals[sel[j]]
+                sw[k] += v
+                sr[k] += v * rate[e]
+        for k in range(kc):
+            w[k] = w[k] - sw[k]
+            c = cb[k] - sr[k]
+            cb[k] = c if c > 0.0 else 0.0
+            if local[k] or w[k] < 0.5:
+                cb[k] = _INF
+                w[k] = 1.0
+    for e in range(ne):
+        rates[uents[e]] = rate[e]
+    for k in range(kc):
+        sr[k] = 0.0
+    for j in range(ns):
+        sr[lc[j]] += vals[sel[j]] * rate[le[j]]
+    for k in range(kc):
+        base[ucons[k]] = base[ucons[k]] - sr[k]
+    for e in range(ne):
+        ent_map[uents[e]] = -1
+    for k in range(kc):
+        con_map[ucons[k]] = -1
+
+
+@njit(cache=True)
+def fill_classes(rates, ent_cls, rows, cols, vals, residual):
+    """Fill every class present among the entries' entities, highest priority (0) first,
+    against ``residual`` (updated in place; clipped at 0 after every class but the last)."""
+    n = len(rates)
+    ent_map = np.full(n, -1, dtype=np.int64)
+    con_map = np.full(len(residual), -1, dtype=np.int64)
+    nz = len(rows)
+    ecls = np.empty(nz, dtype=np.int64)
+    for i in range(nz):
+        ecls[i] = ent_cls[rows[i]]
+    ucls = np.unique(ecls)
+    for t in range(len(ucls)):
+        c = ucls[t]
+        if len(ucls) == 1:
+            sel = np.arange(nz)
+        else:
+            sel = np.flatnonzero(ecls == c)
+        _fill_one(rates, rows, cols, vals, sel, residual, ent_map, con_map)
+        if len(ucls) > 1:
+            for k in range(len(residual)):
+                if residual[k] < 0.0:
+                    residual[k] = 0.0
+
+
+@njit(cache=True)
+def fill_free(rates, ent_cls, rows, cols, vals, capacity, prev, fixed):
+    """``waterfill_update``'s last step: the ``fixed`` entities keep ``prev``; the others get
+    the max-min allocation of what the fixed ones leave (``capacity`` minus their load, summed
+    in entry order, clipped at 0), class by class, as ``waterfill`` on that sub-problem."""
+    nz = len(rows)
+    residual = np.empty(len(capacity))
+    s = np.zeros(len(capacity))
+    for i in range(nz):
+        if fixed[rows[i]]:
+            s[cols[i]] += prev[rows[i]] * vals[i]
+    for k in range(len(capacity)):
+        c = capacity[k] - s[k]
+        residual[k] = c if c > 0.0 else 0.0
+    for e in range(len(rates)):
+        if fixed[e]:
+            rates[e] = prev[e]
+    nfree = 0
+    for i in range(nz):
+        if not fixed[rows[i]]:
+            nfree += 1
+    if nfree == 0:
+        return
+    free_rows = np.empty(nfree, dtype=np.int64)
+    j = 0
+    for i in range(nz):
+        if not fixed[rows[i]]:
+            free_rows[j] = i
+            j += 1
+    ecls = np.empty(nfree, dtype=np.int64)
+    for j in range(nfree):
+        ecls[j] = ent_cls[rows[free_rows[j]]]
+    ucls = np.unique(ecls)
+    ent_map = np.full(len(rates), -1, dtype=np.int64)
+    con_map = np.full(len(capacity), -1, dtype=np.int64)
+    for t in range(len(ucls)):
+        if len(ucls) == 1:
+            sel = free_rows
+        else:
+            sel = free_rows[ecls == ucls[t]]
+        _fill_one(rates, rows, cols, vals, sel, residual, ent_map, con_map)
+        if len(ucls) > 1:
+            for k in range(len(residual)):
+                if residual[k] < 0.0:
+                    residual[k] = 0.0

@@ -1,0 +1,129 @@
+"""The compiled water-filling (simulation.wfkernel) against the numpy one it replaces: the
+same rates bit for bit (the simulator's outputs must not change), on random flow sets with
+several priority classes, ties, zero capacities and unsorted incidence entries."""
+import math
+
+import numpy as np
+
+import simulation.waterfill as wf
+from simulation.waterfill import waterfill, waterfill_numpy, waterfill_update
+
+
+def _random_problem(rng, trial):
+    n = int(rng.integers(1, 60))
+    k = int(rng.integers(1, 30))
+    rows, cols, vals = [], [], []
+    for e in range(n):
+        lo = 0 if trial % 7 == 0 else 1          # some entities with no constraint
+        ks = rng.choice(k, size=int(rng.integers(lo, min(k, 5) + 1)), replace=False)
+        for c in sorted(ks.tolist()):
+            rows.append(e)
+            cols.append(c)
+            vals.append(float(rng.integers(1, 4)))
+    rows = np.array(rows, dtype=np.int64)
+    cols = np.array(cols, dtype=np.int64)
+    vals = np.array(vals, dtype=float)
+    if trial % 3 == 0 and len(rows):
+        p = rng.permutation(len(rows))
+        rows, cols, vals = rows[p], cols[p], vals[p]
+    cap = rng.uniform(0.5, 10.0, k) * (rng.random(k) > 0.05)
+    if trial % 5 == 0:
+        cap = np.round(cap)                       # ties between constraints
+    classes = rng.integers(0, 1 if trial % 2 else 3, n)
+    return n, classes, rows, cols, vals, cap
+
+
+def test_kernel_equals_numpy_filling_bit_for_bit(monkeypatch):
+    monkeypatch.setattr(wf, "KERNEL_MIN_NNZ", 0)          # every call through the kernel
+    rng = np.random.default_rng(11)
+    for trial in range(600):
+        n, classes, rows, cols, vals, cap = _random_problem(rng, trial)
+        got = waterfill(n, classes, rows, cols, vals, cap)
+        ref = waterfill_numpy(n, classes, rows, cols, vals, cap)
+        assert got.tobytes() == ref.tobytes(), trial
+
+
+def _update_reference(n, classes, rows, cols, vals, cap, prev, is_new, removed):
+    """waterfill_update as it was before the kernel (numpy free step), for the comparison."""
+    prev = np.where(is_new, 0.0, prev)
+    changed = [c for _, c in removed] + [int(c) for c in np.unique(classes[is_new])]
+    if not changed:
+        return prev.copy()
+    c0 = min(changed)
+    lam = min([r for r, c in removed if c == c0], default=math.inf)
+    hi = classes < c0
+    new0 = is_new & (classes == c0)
+    if new0.any():
+        from simulation.waterfill import _first_fill_level
+        nzr = prev[rows] * vals
+        m = hi[rows]
+        res_hi = cap - np.bincount(cols[m], weights=nzr[m], minlength=len(cap)) if hi.any() else cap
+        lam = min(lam, _first_fill_level(rows, cols, vals, res_hi, prev, classes == c0, new0))
+    fixed = hi | ((classes == c0) & ~is_new & (prev < lam * (1.0 - 1e-12)))
+    if not fixed.any():
+        return waterfill_numpy(n, classes, rows, cols, vals, cap)
+    rates = np.zeros(n)
+    fm = fixed[rows]
+    residual = cap - np.bincount(cols[fm], weights=prev[rows][fm] * vals[fm], minlength=len(cap))
+    np.maximum(residual, 0.0, out=residual)
+    rates[fixed] = prev[fixed]
+    free = ~fixed
+    if free.any():
+        pos = np.cumsum(free) - 1
+        um = ~fm
+        rates[free] = waterfill_numpy(int(free.sum()), classes[free], pos[rows[um]], cols[um],
+                                      vals[um], residual)
+    return rates
+
+
+def _assemble(ents):
+    rows, cols, vals = [], [], []
+    for i, (ks, vs, _) in enumerate(ents):
+        rows += [i] * len(ks)
+        cols += ks
+        vals += vs
+    return (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), np.array(vals),
+            np.array([c for _, _, c in ents], dtype=np.int64))
+
+
+def test_incremental_update_equals_numpy_reference_and_full_recompute(monkeypatch):
+    monkeypatch.setattr(wf, "KERNEL_MIN_NNZ", 0)
+    rng = np.random.default_rng(5)
+
+    def entity(k, multi):
+        ks = sorted(rng.choice(k, size=int(rng.integers(1, min(k, 4) + 1)), replace=False).tolist())
+        return ks, [float(rng.integers(1, 4)) for _ in ks], int(rng.integers(0, 3 if multi else 1))
+
+    checked = 0
+    for trial in range(300):
+        multi = trial % 2 == 0
+        k = int(rng.integers(2, 25))
+        cap = rng.uniform(1.0, 10.0, k)
+        if trial % 4 == 0:
+            cap = np.round(cap)
+        ents = [entity(k, multi) for _ in range(int(rng.integers(2, 40)))]
+        r, c, v, cl = _assemble(ents)
+        prev = waterfill(len(ents), cl, r, c, v, cap)
+        for _ in range(6):
+            keep = list(range(len(ents)))
+            removed = []
+            for _ in range(min(int(rng.integers(0, 3)), len(keep) - 1)):
+                j = keep.pop(int(rng.integers(len(keep))))
+                removed.append((float(prev[j]), ents[j][2]))
+            ents2 = [ents[j] for j in keep] + [entity(k, multi) for _ in range(int(rng.integers(0, 3)))]
+            p2 = np.array([prev[j] for j in keep] + [0.0] * (len(ents2) - len(keep)))
+            is_new = np.zeros(len(ents2), dtype=bool)
+            is_new[len(keep):] = True
+            r, c, v, cl = _assemble(ents2)
+            got = waterfill_update(len(ents2), cl, r, c, v, cap, p2, is_new, removed)
+            ref = _update_reference(len(ents2), cl, r, c, v, cap, p2, is_new, removed)
+            assert got.tobytes() == ref.tobytes()
+            with monkeypatch.context() as mp:       # the numpy path of waterfill_update
+                mp.setattr(wf, "KERNEL_MIN_NNZ", 10 ** 9)
+                got_np = waterfill_update(len(ents2), cl, r, c, v, cap, p2, is_new, removed)
+            assert got_np.tobytes() == got.tobytes()
+            full = waterfill(len(ents2), cl, r, c, v, cap)
+            assert np.allclose(got, full, rtol=1e-9, atol=1e-12)
+            ents, prev = ents2, got
+            checked += 1
+    assert checked == 1800
