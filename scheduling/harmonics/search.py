@@ -28,7 +28,7 @@ class LocalSearch(RackView):
             cands = [s for s in dict.fromkeys(spines) if s is not None] or [None]
             s = min(cands, key=lambda x: (spine_load.get(x, 0.0), -1 if x is None else x))
             spine_load[s] = spine_load.get(s, 0.0) + 1.0
-            a[n] = Opt(min(rank, self.K - 1), s, 1.0)
+            a[n] = Opt(min(rank, len(self.classes(n)) - 1), s, 1.0)
 
     def _option_class(self, n: str, o: Opt, group: Sequence[str], a: Dict[str, Opt],
                       others: Optional[list] = None, paths: Optional[dict] = None) -> tuple:
@@ -309,7 +309,7 @@ class LocalSearch(RackView):
         probed job every other class at every phase but 0 (the rounds chose its class among
         the shift-free ones already); phase-major order, so that ties go to the smaller
         shift; spine and cap stay held."""
-        classes = range(self.K) if probe else [keep.priority]
+        classes = self.classes(n) if probe else [keep.priority]
         return [keep._replace(priority=k, shift=p) for p in range(self.G) for k in classes
                 if p or k == keep.priority]
 
