@@ -160,8 +160,12 @@ class HarmonicsPolicy(Policy):
         return locs, fps, reused
 
     def _phase_stage(self, locs, current, coord, epoch: int, last_rnd: int, sums, phase,
-                     at_coord, cross_racks) -> tuple:
-        """The phase stage (docs/harmonics.md).  Returns (current, phase rounds)."""
+                     at_coord, cross_racks, movable=None) -> tuple:
+        """The phase stage (docs/harmonics.md); ``movable``: a warm epoch's movable jobs,
+        the only rack-spanning jobs whose phases are summarised and moved (the others keep
+        their shifts).  Returns (current, phase rounds)."""
+        if movable is not None:
+            cross_racks = [r for r in cross_racks if not movable.isdisjoint(locs[r].cross)]
         # phase stage: start-time shifts of the jobs tied in a class with a link neighbour,
         # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
         # the rack-spanning ones from the racks' costs of each phase (same descent as above)
@@ -181,7 +185,7 @@ class HarmonicsPolicy(Policy):
             phase_rounds += 1
             rnd = last_rnd + phase_rounds
             sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross},
-                                                     probe), cross_racks)
+                                                     probe, movable), cross_racks)
             sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
             if not sums:
                 break
@@ -389,7 +393,8 @@ class HarmonicsPolicy(Policy):
                 break
         last_rnd = rounds               # message round numbers go on from here
         current, phase_rounds = self._phase_stage(locs, current, coord, epoch, last_rnd, sums,
-                                                  phase, at_coord, cross_racks)
+                                                  phase, at_coord, cross_racks,
+                                                  movable if warm else None)
         t_prop = time.thread_time()     # the proposal stage
         current, prop_rounds, accepted = self._proposal_stage(
             locs, current, coord, epoch, last_rnd + phase_rounds, phase, at_coord, cross_racks)

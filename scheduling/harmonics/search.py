@@ -325,15 +325,16 @@ class LocalSearch(RackView):
         return o if ok else o._replace(shift=0)
 
     def phase_summarise(self, epoch: int, rnd: int, fixed: Dict[str, Opt],
-                        probe: Sequence[str] = ()) -> RackSummary:
+                        probe: Sequence[str] = (), only: Optional[set] = None) -> RackSummary:
         """Like ``summarise`` for the phase stage: the rack-spanning jobs the Coordinator
         probes (every class at every phase, ``_phase_options``) and those that may take a
         shift in this rack's view (the held decision at each phase); an option outside the
-        decision space here is reported at phase 0's costs (``_phase_norm``)."""
+        decision space here is reported at phase 0's costs (``_phase_norm``); ``only``: of
+        these rack-spanning jobs only (a warm epoch's movable jobs)."""
         a = self.assign
         a.update(fixed)
         out = []
-        for n in self.cross:
+        for n in (self.cross if only is None else [m for m in self.cross if m in only]):
             g = self.groups[self.group_of[n]]
             probed = n in probe
             if self._is_large(g) or not (probed or n in self._shiftable(g, a)):
