@@ -29,6 +29,7 @@ class HarmonicsPolicy(Policy):
         self.config = replace(config or DEFAULT, **settings)
         proxy_warm_up()     # the compiled proxy, loaded before any decision
         self._joint_cache: Dict[tuple, object] = {}
+        self._links_cache: Dict[tuple, tuple] = {}   # (job, inputs) -> (has traffic, links)
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
         self.stats: Dict[str, float] = {}
         self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
@@ -322,11 +323,24 @@ class HarmonicsPolicy(Policy):
         cl = state.cluster
         K = max(1, state.num_classes)
         model = ContentionModel(state, self._evaluator(cl))
-        names = [j.name for j in state.jobs if has_comm(model, j.name)]
-        pot = {n: potential_links(state, model, n) for n in names}
         prev = self._prev if (self.config.incremental and self._prev is not None
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
+        # a job's traffic and potential links depend on its inputs only (hosts, bytes per
+        # pair): kept across the epochs of one cluster
+        if prev is None:
+            self._links_cache = {}
+        lc = self._links_cache
+        for j in state.jobs:
+            if (j.name, jfp[j.name]) not in lc:
+                comm = has_comm(model, j.name)
+                lc[(j.name, jfp[j.name])] = (comm, potential_links(state, model, j.name)
+                                             if comm else set())
+        if len(lc) > 4 * len(state.jobs) + 64:
+            keep = {(j.name, jfp[j.name]) for j in state.jobs}
+            self._links_cache = lc = {k: v for k, v in lc.items() if k in keep}
+        names = [j.name for j in state.jobs if lc[(j.name, jfp[j.name])][0]]
+        pot = {n: lc[(n, jfp[n])][1] for n in names}
         locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp)
         warm = prev is not None and self.config.warm and bool(prev[2])
         movable: Optional[set] = None
