@@ -278,6 +278,24 @@ class HarmonicsPolicy(Policy):
             return 0 if x <= 0 else round(50 * math.log(x))
         return (tuple(j.hosts), q(j.compute_s), tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items())))
 
+    def _traffic(self, state, model, jfp, fresh: bool) -> tuple:
+        """The jobs with network traffic and each one's potential links.  They depend on a
+        job's inputs only (hosts, bytes per pair): kept across the epochs of one cluster
+        (``fresh``: a new one)."""
+        if fresh:
+            self._links_cache = {}
+        lc = self._links_cache
+        for j in state.jobs:
+            if (j.name, jfp[j.name]) not in lc:
+                comm = has_comm(model, j.name)
+                lc[(j.name, jfp[j.name])] = (comm, potential_links(state, model, j.name)
+                                             if comm else set())
+        if len(lc) > 4 * len(state.jobs) + 64:
+            keep = {(j.name, jfp[j.name]) for j in state.jobs}
+            self._links_cache = lc = {k: v for k, v in lc.items() if k in keep}
+        names = [j.name for j in state.jobs if lc[(j.name, jfp[j.name])][0]]
+        return names, {n: lc[(n, jfp[n])][1] for n in names}
+
     @staticmethod
     def _around(L: LocalScheduler, cur: Dict[str, Opt]) -> Dict[str, Opt]:
         """A rack's assignment around the Coordinator's: its own decisions with the
@@ -326,21 +344,7 @@ class HarmonicsPolicy(Policy):
         prev = self._prev if (self.config.incremental and self._prev is not None
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
-        # a job's traffic and potential links depend on its inputs only (hosts, bytes per
-        # pair): kept across the epochs of one cluster
-        if prev is None:
-            self._links_cache = {}
-        lc = self._links_cache
-        for j in state.jobs:
-            if (j.name, jfp[j.name]) not in lc:
-                comm = has_comm(model, j.name)
-                lc[(j.name, jfp[j.name])] = (comm, potential_links(state, model, j.name)
-                                             if comm else set())
-        if len(lc) > 4 * len(state.jobs) + 64:
-            keep = {(j.name, jfp[j.name]) for j in state.jobs}
-            self._links_cache = lc = {k: v for k, v in lc.items() if k in keep}
-        names = [j.name for j in state.jobs if lc[(j.name, jfp[j.name])][0]]
-        pot = {n: lc[(n, jfp[n])][1] for n in names}
+        names, pot = self._traffic(state, model, jfp, fresh=prev is None)
         locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp)
         warm = prev is not None and self.config.warm and bool(prev[2])
         movable: Optional[set] = None
