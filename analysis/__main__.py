@@ -44,10 +44,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     c.add_argument("--isolated", choices=["measured", "analytical"], default="measured",
                    help="emulator: where the isolated iteration time (slowdown) comes from")
     c.add_argument("--decision-timeout", type=positive_float, default=None, metavar="S",
-                   help="simulator: drop a decision slower than this (then hold the last ones)")
+                   help="simulator: drop a decision that takes more CPU seconds than this (then hold "
+                        "the last ones; the deciding thread's CPU time, not wall time)")
     c.add_argument("--decision-budget", type=positive_float, default=None, metavar="S",
-                   help="simulator: total seconds a policy may spend deciding in one run (then hold "
-                        "its last decisions)")
+                   help="simulator: total CPU seconds a policy may spend deciding in one run (then "
+                        "hold its last decisions; CPU time, not wall time)")
     c.add_argument("--max-time", type=positive_float, default=None, metavar="S",
                    help="simulator: stop at this trace time")
     c.add_argument("--run-timeout", type=positive_float, default=None, metavar="S",

@@ -13,8 +13,9 @@ above the best policy``; the scale part ends with the line ``decision time at 20
 fragmented: harmonics COLD s cold, INCR s incremental, CRIT s critical path`` and the
 closed-form proxy's error against the model on sampled groups of that state.
 
-Decision time = wall time of one cold ``Policy.decide`` (first epoch: nothing cached) on one
-core; Harmonics also reports its critical path (the slowest rack per phase + the Coordinator:
+Decision time = CPU time (``time.process_time``: on a shared machine, what one core of one's
+own would take; optimal's time limit stays wall time) of one cold ``Policy.decide`` (first
+epoch: nothing cached); Harmonics also reports its critical path (the slowest rack per phase + the Coordinator:
 its time if the racks' Local Schedulers ran in parallel), an incremental epoch (the next epoch
 after one job's compute time changed by 20%: sub-problems whose inputs did not change are not
 simulated again) and a reuse epoch (state unchanged: the decisions are kept).  The headline
@@ -97,10 +98,11 @@ def _next_epoch(state):
 
 
 def _timed(policy, state) -> Tuple[float, dict]:
+    """(CPU seconds of this process, decisions) of one decision."""
     gc.collect()     # garbage of earlier sections (optimal's caches) is not this decision's
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     d = policy.decide(state)
-    return time.perf_counter() - t0, d
+    return time.process_time() - t0, d
 
 
 def _timed_cpu(policy, state) -> Tuple[float, float]:
@@ -116,7 +118,7 @@ def scale_section(sizes: Sequence[int], optimal_limits: Dict[int, float], out=pr
                   rows: Optional[List[Tuple[int, str, float]]] = None) -> Optional[float]:
     """The decision-time table; ``rows``: if given, (gpus, policy, decision ms) are appended
     for every figure of the table (``--csv``)."""
-    out("== decision time per epoch (one core, cold epoch) ==")
+    out("== decision time per epoch (one core, cold epoch, CPU time) ==")
     out(f"{'GPUs':>6} {'jobs':>5} {'x-rack':>6} | {'fair':>8} {'crux':>8} {'cassini':>8} "
         f"{'harmonics':>10} {'(crit.path)':>11} {'(incr.)':>8} {'(reuse)':>8} | {'optimal':>18} "
         f"{'opt/harm':>10}")
@@ -248,7 +250,7 @@ def fragmented_section(out=print, rows: Optional[List[Tuple[int, str, float]]] =
     out(f"decision time at 2048 GPUs fragmented: harmonics {t_cold:.3f} s cold, {t_incr:.3f} s "
         f"incremental, {crit:.3f} s critical path")
     out(f"(CPU time of this process; wall {w_cold:.3f} / {w_incr:.3f} s; the critical path is "
-        f"wall time; incremental critical path {crit_incr:.3f} s; {h.stats['racks_reused']} of "
+        f"the deciding thread's CPU time; incremental critical path {crit_incr:.3f} s; {h.stats['racks_reused']} of "
         f"{h.stats['racks']} racks kept their Local Scheduler)")
     t0 = time.perf_counter()
     get_policy("crux").decide(st)

@@ -64,9 +64,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="links.csv time bin (default: the epoch)")
     p.add_argument("--classes", type=int, default=4, help="strict-priority classes (default 4)")
     p.add_argument("--decision-timeout", type=positive_float, default=None, metavar="S",
-                   help="drop a decision that takes longer; the policy is then no longer called")
+                   help="drop a decision that takes more CPU seconds (the deciding thread's, not wall "
+                        "time); the policy is then no longer called")
     p.add_argument("--decision-budget", type=positive_float, default=None, metavar="S",
-                   help="total decision time after which the policy is no longer called")
+                   help="total decision CPU time after which the policy is no longer called")
     p.add_argument("--max-time", type=positive_float, default=None, metavar="S",
                    help="stop at this trace time")
     p.add_argument("--intra-host-gbps", type=positive_float, default=None,

@@ -48,9 +48,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     ap.add_argument("--out", default=None,
                     help="default: results/sim-compare-<scenario file name>/<time>")
-    ap.add_argument("--decision-timeout", type=float, default=10.0, metavar="S")
+    ap.add_argument("--decision-timeout", type=float, default=10.0, metavar="S",
+                    help="drop a decision that takes more CPU seconds (not wall time)")
     ap.add_argument("--decision-budget", type=float, default=120.0, metavar="S",
-                    help="total decision time per run after which the policy is no longer called")
+                    help="total decision CPU time per run after which the policy is no longer called")
     ap.add_argument("--run-timeout", type=float, default=1200.0, metavar="S")
     ap.add_argument("--max-time", type=float, default=None, metavar="S")
     ap.add_argument("--no-plots", action="store_true", help="tables only")

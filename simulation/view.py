@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Dict
 
 import numpy as np
@@ -29,15 +30,26 @@ class DecisionTimeout(Exception):
 
 
 class _TimedPolicy:
-    """Wraps a policy: decide() is interrupted by SIGALRM after ``limit`` seconds (main
-    thread only; C code that never returns to Python is only caught when it does)."""
+    """Wraps a policy: decide() is interrupted after ``limit`` seconds of the process's CPU
+    time (``ITIMER_PROF``: a loaded or paused machine does not count; main thread only; C
+    code that never returns to Python is only caught when it does).  ``cpu_s``: the deciding
+    thread's CPU time (``time.thread_time``) of the last call, what the engine's timeout and
+    budget count (simulation/README.md)."""
 
     def __init__(self, policy, limit):
         self.policy = policy
         self.limit = limit
         self.name = getattr(policy, "name", "?")
+        self.cpu_s = 0.0
 
     def decide(self, state):
+        t0 = time.thread_time()
+        try:
+            return self._decide(state)
+        finally:
+            self.cpu_s = time.thread_time() - t0
+
+    def _decide(self, state):
         lim = self.limit
         if lim is None or threading.current_thread() is not threading.main_thread() \
                 or not hasattr(signal, "setitimer"):
@@ -45,13 +57,13 @@ class _TimedPolicy:
 
         def _raise(signum, frame):
             raise DecisionTimeout()
-        old = signal.signal(signal.SIGALRM, _raise)
-        signal.setitimer(signal.ITIMER_REAL, lim)
+        old = signal.signal(signal.SIGPROF, _raise)
+        signal.setitimer(signal.ITIMER_PROF, lim)
         try:
             return self.policy.decide(state)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, old)
 
 
 def make_driver(engine):

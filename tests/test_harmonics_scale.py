@@ -125,3 +125,38 @@ def test_warm_epoch_with_arrivals_in_small_components():
             _check_consistent(nxt, h, d)
             checked += h.stats["warm"]
     assert checked > 0
+
+
+def test_wide_jobs_are_offered_the_highest_class_only():
+    """The wide-job rule: a job on more than ``wide_span`` racks is offered class 0 only, in
+    every stage; the others keep every class."""
+    st = _fragmented()
+    h = get_policy("harmonics", wide_span=2)
+    d = h.decide(st)
+    wide = {j.name for j in st.jobs if len(j.racks) > 2}
+    assert wide and any(len(j.racks) <= 2 and j.spans_racks for j in st.jobs)
+    for n in wide:
+        assert d[n].priority == 0
+        for view in h.rack_views.values():
+            assert n not in view or view[n].priority == 0
+    _check_consistent(st, h, d)
+
+
+def test_compiled_proxy_gives_the_numpy_proxys_decisions(monkeypatch):
+    """The compiled proxy (``proxykernel``) computes the numpy expression's figures in the
+    same order: the same decisions, cold and warm."""
+    import scheduling.harmonics.rackview as rv
+    from scheduling.harmonics import proxykernel
+    if not proxykernel.available():
+        pytest.skip("numba missing or HARMONICS_NO_JIT=1")
+    st = _fragmented(seed=2)
+    out = []
+    for jit in (True, False):
+        monkeypatch.setattr(rv, "proxy_jit_available", lambda jit=jit: jit)
+        h = get_policy("harmonics")
+        d0 = h.decide(st)
+        assert h.stats["proxy_groups"] > 0
+        d1 = h.decide(_next_epoch(st, k=len(st.jobs) // 2, factor=1.5))
+        out.append(([v.to_dict() for _, v in sorted(d0.items())],
+                    [v.to_dict() for _, v in sorted(d1.items())]))
+    assert out[0] == out[1]

@@ -281,6 +281,13 @@ def test_measured_view_estimates_period_and_bytes():
     assert pairs[("r0h0", "r1h0")] == pytest.approx(m, rel=0.1)
 
 
+def _burn(s):
+    """Spend ``s`` seconds of this thread's CPU time (decision time is CPU time)."""
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < s:
+        pass
+
+
 def test_decision_timeout_drops_and_stops_calling():
     calls = []
 
@@ -289,7 +296,7 @@ def test_decision_timeout_drops_and_stops_calling():
 
         def decide(self, state):
             calls.append(1)
-            time.sleep(0.3)
+            _burn(0.3)
             return {j.name: Decision(j.name, priority=3) for j in state.jobs}
 
     rs = scenario([dp_job("a", ["r0h0", "r1h0"], 0.02, 100e6, iters=30)], epoch=0.05)
@@ -298,6 +305,23 @@ def test_decision_timeout_drops_and_stops_calling():
     assert res.epochs[0]["status"].startswith("timeout")
     assert res.decisions == []
     assert res.stats["jobs_finished"] == 1
+
+
+def test_decision_time_is_cpu_time_not_wall_time():
+    """A decision that waits (wall time, no CPU: a loaded or paused machine) is not timed out,
+    and its recorded decision time is its CPU time."""
+    class Waits(Policy):
+        name = "waits"
+
+        def decide(self, state):
+            time.sleep(0.1)
+            return {j.name: Decision(j.name, priority=1) for j in state.jobs}
+
+    rs = scenario([dp_job("a", ["r0h0", "r1h0"], 0.02, 100e6, iters=10)], epoch=0.05)
+    res = simulate(rs, Waits(), SimConfig(decision_timeout_s=0.05, decision_budget_s=0.08))
+    assert all(e["status"] == "ok" for e in res.epochs)
+    assert len(res.epochs) > 2
+    assert not res.stats["policy_disabled"]
 
 
 # ---------------------------------------------------------------------------
@@ -413,7 +437,7 @@ def test_decision_budget_stops_calling():
 
         def decide(self, state):
             calls.append(1)
-            time.sleep(0.02)
+            _burn(0.02)
             return {}
 
     rs = scenario([dp_job("a", ["r0h0", "r1h0"], 0.02, 100e6, iters=40)], epoch=0.02)

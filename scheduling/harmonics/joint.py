@@ -128,21 +128,22 @@ class JointStage:
             placed.append((n, x, model.iso_comm(n), racks))
         best, best_c = None, float("inf")
         for s0 in (cur, fair, norm(spread)):
-            a, c = self._joint_descent(jobs, s0, cost(s0), paths, norm, cost)
+            a, c = self._joint_descent(jobs, s0, cost(s0), paths, norm, cost, model)
             if c < best_c - 1e-9:
                 best, best_c = a, c
         return JointReport(self.rack, epoch, rnd,
                            [Assignment(n, o.priority, o.spine, o.cap, o.shift)
                             for n, o in sorted(best.items())], before, best_c, fair_c)
 
-    def _joint_descent(self, jobs, best, best_c, paths, norm, cost):
+    def _joint_descent(self, jobs, best, best_c, paths, norm, cost, model):
         """Coordinate descent from ``best``: each job's class, spine and cap with its shift
         held, then its shift phases; a move is accepted only if the summed slowdown falls."""
         for _ in range(self.config.max_passes):
             improved = False
             for n in jobs:
                 keep = best[n]
-                opts = [Opt(k, s, c, keep.shift) for k in range(self.K) for s, c in paths[n]]
+                opts = [Opt(k, s, c, keep.shift) for k in self.classes(n, model)
+                        for s, c in paths[n]]
                 opts += [keep._replace(shift=p) for p in range(self.G) if p != keep.shift]
                 for o in opts:
                     if o == keep:

@@ -152,7 +152,7 @@ class LocalScheduler(JointStage, LocalSearch):
         """The best joint class choice of a halo group's jobs in the halo view, or None if
         none beats the current one.  Searched only where a job of the group (a ghost included)
         is slowed by more than ``config.propose_min`` and the group has at most ``limit`` class
-        choices (``K ** jobs``): exhaustive, equivalent choices (``_halo_key``) evaluated
+        choices (the product of their classes, ``classes``): exhaustive, equivalent choices (``_halo_key``) evaluated
         once; spines, caps and shifts held (a shift only while its job stays tied,
         ``_shift_norm``).  The objective counts the ghosts' slowdowns too: this rack's
         estimate of what a choice costs its neighbours (the reported costs hold this rack's
@@ -165,11 +165,15 @@ class LocalScheduler(JointStage, LocalSearch):
             return self._propcache[ck]
         best = None
         sd = self._halo_slowdowns(mine, gh, a)
-        if self.K ** len(mine) <= limit and any(v > 1.0 + self.config.propose_min for v in sd):
+        ranges = [self.classes(n) for n in mine]
+        size = 1
+        for r in ranges:
+            size *= len(r)
+        if size <= limit and any(v > 1.0 + self.config.propose_min for v in sd):
             base = best_c = sum(sd)
             seen = set()
             t = dict(a)
-            for ks in itertools.product(range(self.K), repeat=len(mine)):
+            for ks in itertools.product(*ranges):
                 choice = tuple(o._replace(priority=k) for k, o in zip(ks, keep))
                 if any(o.shift for o in choice):
                     choice = self._shift_norm(mine, gh, choice)

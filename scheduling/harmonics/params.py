@@ -28,6 +28,7 @@ class HarmonicsConfig:
     screen: float = 1 / 3            # screening runs' share of the model's event budget (1: off)
     screen_keep: int = 2             # options of a screening that reach the full model
     large_group: int = 8             # groups larger than this: closed-form proxy
+    wide_span: int = 4               # a job on more racks is offered the highest class only (0: off)
     shift_phases: int = SHIFT_PHASES  # 1: no phase stage (no start-time shifts)
     propose: bool = True             # the proposal stage (halo views, joint proposals)
     warm: bool = True                # incremental epochs start from the last decisions

@@ -12,6 +12,7 @@ from ..common import Opt, has_comm, make_decision, potential_links
 from ..evaluate import Evaluator
 from ..links import link_capacities
 from ..model import ContentionModel
+from .proxykernel import warm_up as proxy_warm_up
 from .params import DEFAULT, HarmonicsConfig
 from .coordinator import GlobalCoordinator
 from .joint import JointOffer
@@ -26,7 +27,9 @@ class HarmonicsPolicy(Policy):
         """``config`` (default: ``HarmonicsConfig()``) with ``settings`` replacing some of its
         fields (``get_policy("harmonics", shift_phases=1)``)."""
         self.config = replace(config or DEFAULT, **settings)
+        proxy_warm_up()     # the compiled proxy, loaded before any decision
         self._joint_cache: Dict[tuple, object] = {}
+        self._links_cache: Dict[tuple, tuple] = {}   # (job, inputs) -> (has traffic, links)
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
         self.stats: Dict[str, float] = {}
         self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
@@ -158,8 +161,12 @@ class HarmonicsPolicy(Policy):
         return locs, fps, reused
 
     def _phase_stage(self, locs, current, coord, epoch: int, last_rnd: int, sums, phase,
-                     at_coord, cross_racks) -> tuple:
-        """The phase stage (docs/harmonics.md).  Returns (current, phase rounds)."""
+                     at_coord, cross_racks, movable=None) -> tuple:
+        """The phase stage (docs/harmonics.md); ``movable``: a warm epoch's movable jobs,
+        the only rack-spanning jobs whose phases are summarised and moved (the others keep
+        their shifts).  Returns (current, phase rounds)."""
+        if movable is not None:
+            cross_racks = [r for r in cross_racks if not movable.isdisjoint(locs[r].cross)]
         # phase stage: start-time shifts of the jobs tied in a class with a link neighbour,
         # every class, spine and cap held; racks shift their rack-local jobs, the Coordinator
         # the rack-spanning ones from the racks' costs of each phase (same descent as above)
@@ -179,7 +186,7 @@ class HarmonicsPolicy(Policy):
             phase_rounds += 1
             rnd = last_rnd + phase_rounds
             sums = phase(lambda L: L.phase_summarise(epoch, rnd, {n: fixed[n] for n in L.cross},
-                                                     probe), cross_racks)
+                                                     probe, movable), cross_racks)
             sums = [self._post(s) for _, s in sorted(sums.items()) if s.jobs]
             if not sums:
                 break
@@ -271,6 +278,24 @@ class HarmonicsPolicy(Policy):
             return 0 if x <= 0 else round(50 * math.log(x))
         return (tuple(j.hosts), q(j.compute_s), tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items())))
 
+    def _traffic(self, state, model, jfp, fresh: bool) -> tuple:
+        """The jobs with network traffic and each one's potential links.  They depend on a
+        job's inputs only (hosts, bytes per pair): kept across the epochs of one cluster
+        (``fresh``: a new one)."""
+        if fresh:
+            self._links_cache = {}
+        lc = self._links_cache
+        for j in state.jobs:
+            if (j.name, jfp[j.name]) not in lc:
+                comm = has_comm(model, j.name)
+                lc[(j.name, jfp[j.name])] = (comm, potential_links(state, model, j.name)
+                                             if comm else set())
+        if len(lc) > 4 * len(state.jobs) + 64:
+            keep = {(j.name, jfp[j.name]) for j in state.jobs}
+            self._links_cache = lc = {k: v for k, v in lc.items() if k in keep}
+        names = [j.name for j in state.jobs if lc[(j.name, jfp[j.name])][0]]
+        return names, {n: lc[(n, jfp[n])][1] for n in names}
+
     @staticmethod
     def _around(L: LocalScheduler, cur: Dict[str, Opt]) -> Dict[str, Opt]:
         """A rack's assignment around the Coordinator's: its own decisions with the
@@ -311,16 +336,15 @@ class HarmonicsPolicy(Policy):
         return type(msg).from_json(s)
 
     def _decide(self, state: ClusterState) -> Decisions:
-        t_start = time.perf_counter()
+        t_start = time.thread_time()
         self.messages = []
         cl = state.cluster
         K = max(1, state.num_classes)
         model = ContentionModel(state, self._evaluator(cl))
-        names = [j.name for j in state.jobs if has_comm(model, j.name)]
-        pot = {n: potential_links(state, model, n) for n in names}
         prev = self._prev if (self.config.incremental and self._prev is not None
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
+        names, pot = self._traffic(state, model, jfp, fresh=prev is None)
         locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp)
         warm = prev is not None and self.config.warm and bool(prev[2])
         movable: Optional[set] = None
@@ -339,25 +363,25 @@ class HarmonicsPolicy(Policy):
                                        for j, a in prev[2].items() if j in cross_now})
         coord = GlobalCoordinator(cl.spec.spines, compound=self.config.compound)
         epoch = state.epoch
-        crit = 0.0     # critical path if racks ran in parallel: max over racks per phase
-        t_setup = time.perf_counter() - t_start
+        crit = 0.0     # critical path if racks ran in parallel: max over racks per phase (CPU)
+        t_setup = time.thread_time() - t_start
         crit += t_setup
 
         def phase(fn, racks):
             nonlocal crit
             worst, res = 0.0, {}
             for r in racks:
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 res[r] = fn(locs[r])
-                worst = max(worst, time.perf_counter() - t0)
+                worst = max(worst, time.thread_time() - t0)
             crit += worst
             return res
 
         def at_coord(fn):
             nonlocal crit
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             res = fn()
-            crit += time.perf_counter() - t0
+            crit += time.thread_time() - t0
             return res
 
         cross_racks = [r for r in locs if locs[r].cross]
@@ -374,9 +398,9 @@ class HarmonicsPolicy(Policy):
                 sums = phase(lambda L: L.summarise(epoch, rnd, self._around(L, cur_opts),
                                                    only=movable), racks)
             sums = [self._post(s) for _, s in sorted(sums.items())]
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             msg = self._post(coord.coordinate(sums, epoch, rnd, current, warm=warm and rnd == 1))
-            crit += time.perf_counter() - t0
+            crit += time.thread_time() - t0
             new = {a.job: a for a in msg.assignments}
             changed = current is None or any(new[j] != current.get(j) for j in new)
             current = new
@@ -387,11 +411,12 @@ class HarmonicsPolicy(Policy):
                 break
         last_rnd = rounds               # message round numbers go on from here
         current, phase_rounds = self._phase_stage(locs, current, coord, epoch, last_rnd, sums,
-                                                  phase, at_coord, cross_racks)
-        t_prop = time.perf_counter()     # the proposal stage
+                                                  phase, at_coord, cross_racks,
+                                                  movable if warm else None)
+        t_prop = time.thread_time()     # the proposal stage
         current, prop_rounds, accepted = self._proposal_stage(
             locs, current, coord, epoch, last_rnd + phase_rounds, phase, at_coord, cross_racks)
-        t_prop = time.perf_counter() - t_prop
+        t_prop = time.thread_time() - t_prop
         self.guarded_components = 0
         joint = self._joint(locs, current, coord, epoch, last_rnd + phase_rounds + prop_rounds + 1,
                             phase, jfp, model, state) if current and self.config.joint_jobs > 0 else (0, 0)
@@ -407,7 +432,7 @@ class HarmonicsPolicy(Policy):
         if self.config.incremental:
             self._prev = ((model.ev.cap, K), {r: (fps[r], L) for r, L in locs.items()},
                           dict(current or {}))
-        elapsed = time.perf_counter() - t_start
+        elapsed = time.thread_time() - t_start
         self.stats = {"seconds": elapsed, "critical_path_s": crit, "rounds": rounds,
                       "phase_rounds": phase_rounds, "proposal_rounds": prop_rounds,
                       "proposal_s": t_prop,

@@ -11,6 +11,7 @@ from ..base import ClusterState
 from ..common import Opt, interaction_groups, make_decision, path_options
 from ..fluid import STARVED_SLOWDOWN, SimJob, isolated_sim_time
 from ..model import ContentionModel
+from .proxykernel import available as proxy_jit_available, score as proxy_jit_score
 from .params import HarmonicsConfig
 from .messages import GhostJob, RackSummary
 
@@ -39,7 +40,7 @@ class RackView:
         if not config.cross_caps:   # caps only for rack-local jobs (see docs/harmonics.md)
             self.paths = {n: ([(s, c) for s, c in p if c >= 1.0] if n in self._cross_set else p)
                           for n, p in self.paths.items()}
-        self.options = {n: [Opt(k, s, c) for k in range(K) for (s, c) in self.paths[n]]
+        self.options = {n: [Opt(k, s, c) for k in self.classes(n) for (s, c) in self.paths[n]]
                         for n in self.jobs}
         # the two links of each spine in this rack (uplink, downlink): spines whose links no
         # other job of the group uses are interchangeable in this rack's view
@@ -67,6 +68,10 @@ class RackView:
         self._prows: Dict[tuple, tuple] = {}
         self._garr: Dict[tuple, tuple] = {}
         self._gpos: Dict[tuple, Dict[str, int]] = {}
+        self._gjit: Dict[tuple, tuple] = {}          # the compiled proxy's held assignments
+        self._pidx: Dict[tuple, int] = {}            # (job, spine, cap) -> row of the table
+        self._plist: List[tuple] = []
+        self._ptab: Optional[tuple] = None
         self._lbs: Dict[tuple, float] = {}
         self.pruned = 0            # evaluations skipped by the lower bound (``_lb``)
         self._lidx = {l: i for i, l in enumerate(sorted(rack_links))}
@@ -82,6 +87,17 @@ class RackView:
         self._proposed: Dict[int, Dict[str, Opt]] = {}
         self._propcache: Dict[tuple, Optional[Tuple[Opt, ...]]] = {}
         self.halo_evals = 0
+
+    def classes(self, n: str, model: Optional[ContentionModel] = None) -> range:
+        """The classes job n is offered: all K, or only the highest (0) for a *wide* job,
+        one spanning more than ``config.wide_span`` racks (the wide-job rule,
+        docs/harmonics.md): it crosses many racks' uplinks, so any class below the top makes
+        it the straggler of every one of them.  ``model``: this epoch's (joint stage)."""
+        w = self.config.wide_span
+        m = model or self.model
+        if w > 0 and len(m.jobs[m.index[n]].racks) > w:
+            return range(1)
+        return range(self.K)
 
     def new_epoch(self) -> None:
         """Kept for another epoch (inputs unchanged): its caches stay, its counters restart."""
@@ -210,9 +226,11 @@ class RackView:
         O(candidates x jobs x rack links) numpy work.  It depends on a job's class only through
         its order relative to the jobs sharing one of its links, and not on which unused spine
         a job takes: the option classes of ``_option_class`` stay exact for it."""
-        U, T, fl, P, c, iso, load = self._group_arrays(group, a)
         if n is not None:
             moves = [(n, o) for o in cands]
+        if self.config.proxy_block == "max" and proxy_jit_available() and self._lidx:
+            return self._proxy_jit(group, a, moves)
+        U, T, fl, P, c, iso, load = self._group_arrays(group, a)
         if not moves:
             Uc, Tc_, flc, Pc, loadc = U[None], T[None], fl[None], P[None], load[None]
         else:
@@ -253,6 +271,49 @@ class RackView:
         sd = np.minimum((c[None, :] + Tc) / iso[None, :], STARVED_SLOWDOWN)
         sd[fl < 0] = 1.0
         return sd
+
+    def _prow_index(self, n: str, o: Opt) -> int:
+        """n's proxy row under o (``_proxy_row``) as an index into the rack's table."""
+        key = (n, o.spine, o.cap)
+        i = self._pidx.get(key)
+        if i is None:
+            i = self._pidx[key] = len(self._plist)
+            self._plist.append(self._proxy_row(n, o)[:3])
+            self._ptab = None
+        return i
+
+    def _proxy_jit(self, group, a, moves) -> np.ndarray:
+        """``_proxy`` ("max") on the compiled kernel (``proxykernel``): the same arithmetic in
+        the same order, per candidate, on the rack's table of proxy rows."""
+        g = tuple(group)
+        key = (g, tuple(a[m] for m in g))
+        held = self._gjit.get(key)
+        if held is None:
+            if g not in self._gpos:
+                self._gpos[g] = {m: i for i, m in enumerate(g)}
+                for m in g:              # the table holds every option of the group at once
+                    for o in self.options.get(m, ()):
+                        self._prow_index(m, o)
+            rows = [self._proxy_row(m, a[m]) for m in g]
+            held = (np.array([self._prow_index(m, a[m]) for m in g], dtype=np.int64),
+                    np.array([a[m].priority for m in g], dtype=np.int64),
+                    np.array([r[3] for r in rows]),
+                    np.array([r[4] if r[4] > 0 else 1.0 for r in rows]))
+            if len(self._gjit) > 64:
+                self._gjit.clear()
+            self._gjit[key] = held
+        if moves:
+            gp = self._gpos[g]
+            pos = np.array([gp[m] for m, _ in moves], dtype=np.int64)
+            oidx = np.array([self._prow_index(m, o) for m, o in moves], dtype=np.int64)
+            po = np.array([o.priority for _, o in moves], dtype=np.int64)
+        else:
+            pos = np.full(1, -1, dtype=np.int64)
+            oidx = po = np.zeros(1, dtype=np.int64)
+        if self._ptab is None:
+            self._ptab = tuple(np.array([r[k] for r in self._plist]) for k in range(3))
+        return proxy_jit_score(*self._ptab, *held, pos, oidx, po, self.K,
+                                 float(self.config.proxy_free_min), float(STARVED_SLOWDOWN))
 
     def _cost(self, group, a) -> float:
         """Rack objective: slowdowns of the group's jobs; a rack-spanning job's excess

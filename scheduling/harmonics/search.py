@@ -28,7 +28,7 @@ class LocalSearch(RackView):
             cands = [s for s in dict.fromkeys(spines) if s is not None] or [None]
             s = min(cands, key=lambda x: (spine_load.get(x, 0.0), -1 if x is None else x))
             spine_load[s] = spine_load.get(s, 0.0) + 1.0
-            a[n] = Opt(min(rank, self.K - 1), s, 1.0)
+            a[n] = Opt(min(rank, len(self.classes(n)) - 1), s, 1.0)
 
     def _option_class(self, n: str, o: Opt, group: Sequence[str], a: Dict[str, Opt],
                       others: Optional[list] = None, paths: Optional[dict] = None) -> tuple:
@@ -309,7 +309,7 @@ class LocalSearch(RackView):
         probed job every other class at every phase but 0 (the rounds chose its class among
         the shift-free ones already); phase-major order, so that ties go to the smaller
         shift; spine and cap stay held."""
-        classes = range(self.K) if probe else [keep.priority]
+        classes = self.classes(n) if probe else [keep.priority]
         return [keep._replace(priority=k, shift=p) for p in range(self.G) for k in classes
                 if p or k == keep.priority]
 
@@ -325,15 +325,16 @@ class LocalSearch(RackView):
         return o if ok else o._replace(shift=0)
 
     def phase_summarise(self, epoch: int, rnd: int, fixed: Dict[str, Opt],
-                        probe: Sequence[str] = ()) -> RackSummary:
+                        probe: Sequence[str] = (), only: Optional[set] = None) -> RackSummary:
         """Like ``summarise`` for the phase stage: the rack-spanning jobs the Coordinator
         probes (every class at every phase, ``_phase_options``) and those that may take a
         shift in this rack's view (the held decision at each phase); an option outside the
-        decision space here is reported at phase 0's costs (``_phase_norm``)."""
+        decision space here is reported at phase 0's costs (``_phase_norm``); ``only``: of
+        these rack-spanning jobs only (a warm epoch's movable jobs)."""
         a = self.assign
         a.update(fixed)
         out = []
-        for n in self.cross:
+        for n in (self.cross if only is None else [m for m in self.cross if m in only]):
             g = self.groups[self.group_of[n]]
             probed = n in probe
             if self._is_large(g) or not (probed or n in self._shiftable(g, a)):
