@@ -30,11 +30,14 @@ REPO = Path(__file__).resolve().parent.parent
 # ---------------------------------------------------------------------------
 
 def make_resolved(jobs, hosts=4, emulation=None):
-    """A one-rack scenario with the given job dicts, resolved."""
+    """A one-rack scenario with the given job dicts, resolved.  Compute is replayed exactly
+    (compute_jitter 0, not the default noise): these tests check the trace's own times;
+    the noise has its own test below."""
+    emu = {"compute_jitter": 0.0, **(emulation or {"bandwidth_scale": 1, "time_scale": 1})}
     sc = parse_scenario({
         "name": "t", "cluster": {"racks": 1, "hosts_per_rack": hosts, "gpus_per_host": 2,
                                  "host_link_gbps": 100, "uplink_gbps": 100},
-        "emulation": emulation or {"bandwidth_scale": 1, "time_scale": 1},
+        "emulation": emu,
         "jobs": jobs})
     return resolve(sc)
 
