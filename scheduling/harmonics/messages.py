@@ -27,7 +27,7 @@ class OptionCost:
 class JobSummary:
     job: str
     preferred: int                 # index into options of the rack's preferred decision
-    options: Sequence[OptionCost]  # same order in every rack (priority, spine, cap, shift)
+    options: List[OptionCost]      # same order in every rack (priority, spine, cap, shift)
     uplink_gbps: float             # the job's mean demand on this rack's ToR-spine links
     compute_s: float = 0.0         # the job's compute per iteration (its profile)
     iso_s: float = 0.0             # its isolated iteration time (global, default paths)
@@ -50,16 +50,12 @@ class JobSummary:
         return m
 
 
-class Options(Sequence):
-    """A summary's options, each ``OptionCost`` built when read from its decision row
-    ``(priority, spine, cap, shift)`` and the cost matrix ``m`` (the Coordinator reads the
-    matrix and only the options it picks)."""
+class _Options(Sequence):
+    """A decoded summary's options, each ``OptionCost`` built when read (the Coordinator
+    reads the cost matrix and only the options it picks)."""
 
-    def __init__(self, rows: Sequence[Sequence], m: np.ndarray):
+    def __init__(self, rows: list, m: np.ndarray):
         self._rows, self._m = rows, m
-
-    def rows(self) -> List[list]:
-        return [list(r) for r in self._rows]
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -100,8 +96,7 @@ class RackSummary:
             jobs.append({"job": j.job, "preferred": j.preferred, "uplink_gbps": j.uplink_gbps,
                          "compute_s": j.compute_s, "iso_s": j.iso_s,
                          "local_peers": j.local_peers, "cross": j.cross,
-                         "options": (j.options.rows() if isinstance(j.options, Options) else
-                                     [[o.priority, o.spine, o.cap, o.shift] for o in j.options]),
+                         "options": [[o.priority, o.spine, o.cap, o.shift] for o in j.options],
                          "costs": _pack(j.costs())})
         return json.dumps({"rack": self.rack, "epoch": self.epoch, "round": self.round,
                            "uplink_demand_gbps": self.uplink_demand_gbps,
@@ -114,7 +109,7 @@ class RackSummary:
         for j in d["jobs"]:
             cross = j["cross"]
             m = _unpack(j["costs"], 2 + len(cross))
-            jobs.append(JobSummary(j["job"], j["preferred"], Options(j["options"], m),
+            jobs.append(JobSummary(j["job"], j["preferred"], _Options(j["options"], m),
                                    j["uplink_gbps"], j["compute_s"], j["iso_s"],
                                    j["local_peers"], cross, m[:, 2:], m))
         d["jobs"] = jobs

@@ -59,7 +59,6 @@ class RackView:
         self._links: Dict[Tuple[str, Optional[int], float], frozenset] = {}
         self.assign: Dict[str, Opt] = {}
         self._summaries: Dict[tuple, RackSummary] = {}
-        self._group_cols: Dict[tuple, tuple] = {}     # group -> column indices (_group_index)
         self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
         self._solved: Dict[tuple, Dict[str, Opt]] = {}           # (group, fixed) -> solution
         self.evals = 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..common import Opt, shiftable
 from ..fluid import BYTES_PER_GBIT
-from .messages import JobSummary, Options, RackSummary
+from .messages import JobSummary, OptionCost, RackSummary
 from .rackview import RackView
 
 
@@ -355,28 +355,16 @@ class LocalSearch(RackView):
         slowdowns of its group ``g`` under each (``rows``: options x jobs of g): its own, the
         rack-local jobs' sum, each other rack-spanning job's (``JobSummary.cross_costs``)."""
         sd = np.asarray(rows, dtype=float).reshape(len(opts), len(g))
-        pos, loc, crs = self._group_index(n, g)
-        m = np.empty((len(opts), 2 + len(crs)))
-        m[:, 0] = sd[:, pos]
-        m[:, 1] = sd[:, loc].sum(axis=1) if len(loc) else 0.0
-        m[:, 2:] = sd[:, crs]
-        return JobSummary(n, preferred, Options(opts, m), demand,
+        pos = list(g).index(n)
+        loc = [i for i, m in enumerate(g) if m not in self._cross_set]
+        crs = [i for i, m in enumerate(g) if m != n and m in self._cross_set]
+        own = sd[:, pos].tolist()
+        lo = sd[:, loc].sum(axis=1).tolist() if loc else [0.0] * len(opts)
+        oc = [OptionCost(o.priority, o.spine, o.cap, own[i], lo[i], o.shift)
+              for i, o in enumerate(opts)]
+        return JobSummary(n, preferred, oc, demand,
                           self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
-                          self.local_peers[n], [g[i] for i in crs], m[:, 2:], m)
-
-    def _group_index(self, n: str, g: Sequence[str]):
-        """n's column in its group g's slowdowns, the rack-local jobs' columns, the other
-        rack-spanning jobs' columns (cached per group: large groups have hundreds of jobs)."""
-        key = tuple(g)
-        cols = self._group_cols.get(key)
-        if cols is None:
-            cols = self._group_cols[key] = (
-                {m: i for i, m in enumerate(g)},
-                np.array([i for i, m in enumerate(g) if m not in self._cross_set], dtype=int),
-                [i for i, m in enumerate(g) if m in self._cross_set])
-        at, loc, cross = cols
-        pos = at[n]
-        return pos, loc, np.array([i for i in cross if i != pos], dtype=int)
+                          self.local_peers[n], [g[i] for i in crs], sd[:, crs])
 
     # -- messages ----------------------------------------------------------
     def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None,
