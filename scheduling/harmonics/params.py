@@ -34,6 +34,7 @@ class HarmonicsConfig:
     warm: bool = True                # incremental epochs start from the last decisions
     joint_jobs: int = 8              # joint stage for components of at most this many jobs
     warm_rounds: int = 3             # rounds of a warm epoch (a descent step each)
+    warm_phase_rounds: int = 1       # phase rounds of a warm epoch (a cold one: max_rounds)
     # -- tunables of the rack's search ---------------------------------------------------
     # the closed-form proxy of large groups (RackView._proxy): a job's free fraction below
     # the higher classes is floored at this (under saturated higher classes it is scored

@@ -181,7 +181,8 @@ class HarmonicsPolicy(Policy):
         while self.config.shift_phases > 1:
             fixed = {j: a.opt for j, a in (current or {}).items()}
             phase(lambda L: L.phase_solve({n: fixed[n] for n in L.cross}), list(locs))
-            if not cross_racks or phase_rounds >= self.config.max_rounds:
+            limit = self.config.max_rounds if movable is None else self.config.warm_phase_rounds
+            if not cross_racks or phase_rounds >= limit:
                 break
             phase_rounds += 1
             rnd = last_rnd + phase_rounds
