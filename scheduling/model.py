@@ -22,8 +22,13 @@ class ContentionModel:
     """The model bound to one ClusterState: link usage per job and path choice (cached),
     decisions -> SimJobs -> predicted iteration times.  Policies build one per decide()."""
 
-    def __init__(self, state, evaluator: Optional[Evaluator] = None):
+    def __init__(self, state, evaluator: Optional[Evaluator] = None,
+                 usage_cache: Optional[dict] = None):
+        """``usage_cache``: link usage kept across the models of one cluster (a policy's
+        epochs), keyed by a job's hosts and bytes per pair (exact) and the path choice."""
         self.state = state
+        self._shared = usage_cache
+        self._sig: Dict[str, tuple] = {}
         self.cluster = state.cluster
         self.cap = link_capacities(self.cluster)
         self.ev = evaluator or Evaluator(self.cap)
@@ -39,15 +44,30 @@ class ContentionModel:
         u = self._use.get(key)
         if u is None:
             js = self.jobs[self.index[name]]
-            if not js.spans_racks:      # the spine is irrelevant inside a rack
-                if (name, None, ()) in self._use:
-                    u = self._use[(name, None, ())]
+            skey = None
+            if self._shared is not None:
+                skey = (self.traffic_sig(name),) + (key[1:] if js.spans_racks else (None, ()))
+                u = self._shared.get(skey)
+            if u is None:
+                if not js.spans_racks:      # the spine is irrelevant inside a rack
+                    if (name, None, ()) in self._use:
+                        u = self._use[(name, None, ())]
+                    else:
+                        u = job_link_bytes(js, self.cluster)
                 else:
-                    u = job_link_bytes(js, self.cluster)
-            else:
-                u = job_link_bytes(js, self.cluster, spine, flow_spines)
+                    u = job_link_bytes(js, self.cluster, spine, flow_spines)
+                if skey is not None:
+                    self._shared[skey] = u
             self._use[key] = u
         return u
+
+    def traffic_sig(self, name: str) -> tuple:
+        """What a job's link usage depends on (exactly): its hosts and bytes per pair."""
+        sig = self._sig.get(name)
+        if sig is None:
+            js = self.jobs[self.index[name]]
+            sig = self._sig[name] = (tuple(js.hosts), tuple(sorted(js.pair_bytes.items())))
+        return sig
 
     def iso_comm(self, name: str) -> float:
         v = self._iso_comm.get(name)

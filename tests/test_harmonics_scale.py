@@ -48,6 +48,33 @@ def test_warm_epoch_moves_only_changed_jobs_and_keeps_unchanged_racks(which):
     assert cold.stats["warm"] == 0
 
 
+def test_an_unsettled_warm_descent_goes_on_in_the_next_epochs():
+    # a warm epoch runs one descent round; while its last round still moved a job, the next
+    # carry_epochs epochs go on with the same movable jobs even though no input changed,
+    # then the unchanged state is answered from the last decisions again
+    st = _fragmented(seed=2)
+    h = get_policy("harmonics")
+    h.decide(st)
+    cross = [j for j in st.jobs if j.spans_racks]
+    k = next(i for i, j in enumerate(st.jobs) if j.name == cross[len(cross) // 2].name)
+    nxt = _next_epoch(st, k=k, factor=1.5)
+    h.decide(nxt)
+    assert h.stats["warm"] == 1 and h.stats["rounds"] == h.config.warm_rounds == 1
+    assert h.stats["carried"] == 0
+    for _ in range(h.config.carry_epochs):
+        d = h.decide(nxt)
+        assert h.stats["reused"] == 0 and h.stats["carried"] == 1
+        _check_consistent(nxt, h, d)
+    again = h.decide(nxt)
+    assert h.stats["reused"] == 1 and again == d
+    # without carrying, the unchanged state is answered at once
+    h0 = get_policy("harmonics", carry_epochs=0)
+    h0.decide(st)
+    h0.decide(nxt)
+    h0.decide(nxt)
+    assert h0.stats["reused"] == 1
+
+
 def test_warm_epoch_with_a_departure_and_an_arrival_is_consistent():
     st = _fragmented(seed=2)
     h = get_policy("harmonics")

@@ -50,9 +50,10 @@ class JobSummary:
         return m
 
 
-class _Options(Sequence):
-    """A decoded summary's options, each ``OptionCost`` built when read (the Coordinator
-    reads the cost matrix and only the options it picks)."""
+class OptionList(Sequence):
+    """A summary's options as rows ``[priority, spine, cap, shift]`` beside its cost matrix,
+    each ``OptionCost`` built when read (the Coordinator reads the cost matrix and only the
+    options it picks; the wire carries the rows as they are)."""
 
     def __init__(self, rows: list, m: np.ndarray):
         self._rows, self._m = rows, m
@@ -96,7 +97,8 @@ class RackSummary:
             jobs.append({"job": j.job, "preferred": j.preferred, "uplink_gbps": j.uplink_gbps,
                          "compute_s": j.compute_s, "iso_s": j.iso_s,
                          "local_peers": j.local_peers, "cross": j.cross,
-                         "options": [[o.priority, o.spine, o.cap, o.shift] for o in j.options],
+                         "options": (j.options._rows if isinstance(j.options, OptionList) else
+                                     [[o.priority, o.spine, o.cap, o.shift] for o in j.options]),
                          "costs": _pack(j.costs())})
         return json.dumps({"rack": self.rack, "epoch": self.epoch, "round": self.round,
                            "uplink_demand_gbps": self.uplink_demand_gbps,
@@ -109,7 +111,7 @@ class RackSummary:
         for j in d["jobs"]:
             cross = j["cross"]
             m = _unpack(j["costs"], 2 + len(cross))
-            jobs.append(JobSummary(j["job"], j["preferred"], _Options(j["options"], m),
+            jobs.append(JobSummary(j["job"], j["preferred"], OptionList(j["options"], m),
                                    j["uplink_gbps"], j["compute_s"], j["iso_s"],
                                    j["local_peers"], cross, m[:, 2:], m))
         d["jobs"] = jobs

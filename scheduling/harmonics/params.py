@@ -33,8 +33,11 @@ class HarmonicsConfig:
     propose: bool = True             # the proposal stage (halo views, joint proposals)
     warm: bool = True                # incremental epochs start from the last decisions
     joint_jobs: int = 8              # joint stage for components of at most this many jobs
-    warm_rounds: int = 3             # rounds of a warm epoch (a descent step each)
+    warm_rounds: int = 1             # rounds of a warm epoch (a descent step each)
     warm_phase_rounds: int = 1       # phase rounds of a warm epoch (a cold one: max_rounds)
+    # while a warm epoch's last round still moved a job, up to this many following epochs
+    # go on with its descent (the same movable jobs), even if no input changed
+    carry_epochs: int = 2
     # -- tunables of the rack's search ---------------------------------------------------
     # the closed-form proxy of large groups (RackView._proxy): a job's free fraction below
     # the higher classes is floored at this (under saturated higher classes it is scored

@@ -30,11 +30,17 @@ class HarmonicsPolicy(Policy):
         proxy_warm_up()     # the compiled proxy, loaded before any decision
         self._joint_cache: Dict[tuple, object] = {}
         self._links_cache: Dict[tuple, tuple] = {}   # (job, inputs) -> (has traffic, links)
+        self._usage: Dict[tuple, tuple] = {}    # the model's link usage, kept across epochs
+        self._usage_cap = None                  # ... of the cluster with these capacities
+        self._stores: Dict[int, dict] = {}      # rack -> its job views (RackView._store)
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
         self.stats: Dict[str, float] = {}
         self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
         self._last: Optional[Tuple[tuple, Decisions]] = None
+        # a warm descent that had not settled: (its movable jobs, epochs it went on so far)
+        self._carry: Optional[Tuple[set, int]] = None
         self.cache_limit = 200_000       # sub-problems kept at most (then a fresh cache)
+        self.store_limit = 20_000        # link usages, and each rack's job views, kept at most
         self._ev: Optional[Evaluator] = None
         self.rack_views: Dict[int, Dict[str, Opt]] = {}
 
@@ -157,7 +163,7 @@ class HarmonicsPolicy(Policy):
                 reused += 1
                 continue
             locs[r] = LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
-                                     self.config)
+                                     self.config, self._store(r))
         return locs, fps, reused
 
     def _phase_stage(self, locs, current, coord, epoch: int, last_rnd: int, sums, phase,
@@ -308,13 +314,24 @@ class HarmonicsPolicy(Policy):
 
     def decide(self, state: ClusterState) -> Decisions:
         fp = self._fingerprint(state) if self.config.reuse else None
-        if self.config.reuse and self._last is not None and self._last[0] == fp:
+        if (self.config.reuse and self._last is not None and self._last[0] == fp
+                and self._carry is None):
             self.stats = dict(self.stats, reused=1)
             return {k: Decision.from_dict(v.to_dict()) for k, v in self._last[1].items()}
         out = self._decide(state)
         if self.config.reuse:
             self._last = (fp, out)
         return out
+
+    def _store(self, r: int) -> Optional[dict]:
+        """Rack r's job views kept across epochs (``RackView._store``; None: not
+        incremental); a fresh one beyond ``store_limit`` entries."""
+        if not self.config.incremental:
+            return None
+        st = self._stores.get(r)
+        if st is None or len(st) > self.store_limit:
+            st = self._stores[r] = {}
+        return st
 
     def _evaluator(self, cl) -> Evaluator:
         """The model evaluator, kept across epochs (``incremental``): its results are keyed by
@@ -341,7 +358,13 @@ class HarmonicsPolicy(Policy):
         self.messages = []
         cl = state.cluster
         K = max(1, state.num_classes)
-        model = ContentionModel(state, self._evaluator(cl))
+        ev = self._evaluator(cl)
+        if not self.config.incremental or self._usage_cap != (cl.spec, ev.cap) \
+                or len(self._usage) > self.store_limit:
+            self._usage = {}
+            self._stores = {}
+            self._usage_cap = (cl.spec, ev.cap)
+        model = ContentionModel(state, ev, self._usage)
         prev = self._prev if (self.config.incremental and self._prev is not None
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
@@ -349,6 +372,7 @@ class HarmonicsPolicy(Policy):
         locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp)
         warm = prev is not None and self.config.warm and bool(prev[2])
         movable: Optional[set] = None
+        carried = news = False
         if warm:
             # only the rack-spanning jobs of the racks whose inputs changed (a job arrived,
             # left or changed there) move, and new ones; the others hold the last decisions
@@ -357,6 +381,10 @@ class HarmonicsPolicy(Policy):
             dirty = [r for r in locs if prev[1].get(r, (None,))[0] != fps[r]]
             movable = {n for r in dirty for n in locs[r].cross}
             movable |= {n for n in cross_now if n not in prev[2]}
+            news = bool(movable)      # inputs changed: a new descent starts
+            carried = self._carry is not None
+            if carried:       # the last epoch's descent goes on (``carry_epochs``)
+                movable |= self._carry[0] & cross_now
             # the rounds choose shift-free, uncapped decisions for the jobs that move (the
             # phase and joint stages set shifts and caps again); the others keep theirs
             prev = (prev[0], prev[1], {j: (Assignment(j, a.priority, a.spine, 1.0, 0)
@@ -411,6 +439,12 @@ class HarmonicsPolicy(Policy):
             if not changed or not cross_racks:
                 break
         last_rnd = rounds               # message round numbers go on from here
+        # a warm descent still moving jobs at its last round goes on in the next epochs
+        # (one round each), however the inputs change; ``carry_epochs`` epochs at most
+        n_carry = (self._carry[1] + 1) if carried and not news else 1
+        self._carry = ((movable, n_carry) if warm and changed and cross_racks
+                       and rounds == self.config.warm_rounds
+                       and n_carry <= self.config.carry_epochs else None)
         current, phase_rounds = self._phase_stage(locs, current, coord, epoch, last_rnd, sums,
                                                   phase, at_coord, cross_racks,
                                                   movable if warm else None)
@@ -450,5 +484,6 @@ class HarmonicsPolicy(Policy):
                       "proxy_batches": sum(L.proxy_batches for L in locs.values()),
                       "pruned": sum(L.pruned for L in locs.values()),
                       "simulations": model.ev.evaluations, "reused": 0,
-                      "racks_reused": reused, "warm": int(warm)}
+                      "racks_reused": reused, "warm": int(warm),
+                      "carried": int(warm and carried)}
         return self._decisions(state, model, locs, final, current)

@@ -24,8 +24,12 @@ class RackView:
     """One rack's links, its jobs and its view of the model (model or closed-form proxy)."""
 
     def __init__(self, rack: int, state: ClusterState, model: ContentionModel, rack_links: set,
-                 names: Sequence[str], pot: Dict[str, set], K: int, config: HarmonicsConfig):
+                 names: Sequence[str], pot: Dict[str, set], K: int, config: HarmonicsConfig,
+                 store: Optional[dict] = None):
+        """``store``: this rack's job views kept across epochs (SimJobs and proxy rows per
+        job inputs and path choice; the policy keeps one per rack of one cluster)."""
         self.config = config
+        self._store = store
         self.G = max(1, config.shift_phases)
         self.rack = rack
         self.state = state
@@ -59,6 +63,7 @@ class RackView:
         self._links: Dict[Tuple[str, Optional[int], float], frozenset] = {}
         self.assign: Dict[str, Opt] = {}
         self._summaries: Dict[tuple, RackSummary] = {}
+        self._opt_rows: Dict[str, list] = {}   # a job's options as summary rows
         self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
         self._solved: Dict[tuple, Dict[str, Opt]] = {}           # (group, fixed) -> solution
         self.evals = 0
@@ -109,12 +114,26 @@ class RackView:
         proxy (``_proxy``) instead of the model (see docs/harmonics.md, complexity)."""
         return self.config.large_group > 0 and len(group) > self.config.large_group
     # -- the rack's view of the model ----------------------------------------
+    def _stored(self, kind: str, n: str, o: Opt):
+        """The key of n's view under o's path choice in the rack's store (its exact inputs:
+        traffic, compute and isolated time), or None without a store."""
+        if self._store is None:
+            return None
+        js = self.model.jobs[self.model.index[n]]
+        return (kind, n, self.model.traffic_sig(n), js.compute_s, self.iso[n], n in self._cross_set,
+                o.spine, o.cap)
+
     def _sim(self, n: str, o: Opt) -> SimJob:
         key = (n, o.spine, o.cap)
         b = self._base.get(key)
         if b is None:
-            d = make_decision(self.model, n, Opt(0, o.spine, o.cap))
-            b = self.model.sim_job(n, d, links=self.links, floor=n in self.cross)
+            skey = self._stored("sim", n, o)
+            b = self._store.get(skey) if skey is not None else None
+            if b is None:
+                d = make_decision(self.model, n, Opt(0, o.spine, o.cap))
+                b = self.model.sim_job(n, d, links=self.links, floor=n in self.cross)
+                if skey is not None:
+                    self._store[skey] = b
             self._base[key] = b
         return _with_priority(b, o.priority, o.shift * self.iso[n] / self.G if o.shift else 0.0)
 
@@ -161,6 +180,10 @@ class RackView:
         floor = bmax / lam_max (caps and the global-pace floor).  The same SimJob as the model's."""
         key = (n, o.spine, o.cap)
         row = self._prows.get(key)
+        if row is None and self._store is not None:
+            row = self._store.get(self._stored("row", n, o))
+            if row is not None:
+                self._prows[key] = row
         if row is None:
             sj = self._sim(n, o)
             cap = self.model.ev.cap
@@ -178,6 +201,8 @@ class RackView:
             else:
                 row = (u, t, -1.0, sj.compute_s, iso)     # no traffic here: slowdown 1
             self._prows[key] = row
+            if self._store is not None:
+                self._store[self._stored("row", n, o)] = row
         return row
 
     def _group_arrays(self, group: Sequence[str], a: Dict[str, Opt]) -> tuple:

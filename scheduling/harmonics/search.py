@@ -9,7 +9,7 @@ import numpy as np
 
 from ..common import Opt, shiftable
 from ..fluid import BYTES_PER_GBIT
-from .messages import JobSummary, OptionCost, RackSummary
+from .messages import JobSummary, OptionList, RackSummary
 from .rackview import RackView
 
 
@@ -358,13 +358,19 @@ class LocalSearch(RackView):
         pos = list(g).index(n)
         loc = [i for i, m in enumerate(g) if m not in self._cross_set]
         crs = [i for i, m in enumerate(g) if m != n and m in self._cross_set]
-        own = sd[:, pos].tolist()
-        lo = sd[:, loc].sum(axis=1).tolist() if loc else [0.0] * len(opts)
-        oc = [OptionCost(o.priority, o.spine, o.cap, own[i], lo[i], o.shift)
-              for i, o in enumerate(opts)]
-        return JobSummary(n, preferred, oc, demand,
+        m = np.empty((len(opts), 2 + len(crs)))      # JobSummary.costs()
+        m[:, 0] = sd[:, pos]
+        m[:, 1] = sd[:, loc].sum(axis=1) if loc else 0.0
+        m[:, 2:] = sd[:, crs]
+        if opts is self.options[n]:
+            orows = self._opt_rows.get(n)
+            if orows is None:
+                orows = self._opt_rows[n] = [[o.priority, o.spine, o.cap, o.shift] for o in opts]
+        else:
+            orows = [[o.priority, o.spine, o.cap, o.shift] for o in opts]
+        return JobSummary(n, preferred, OptionList(orows, m), demand,
                           self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
-                          self.local_peers[n], [g[i] for i in crs], sd[:, crs])
+                          self.local_peers[n], [g[i] for i in crs], m[:, 2:], m)
 
     # -- messages ----------------------------------------------------------
     def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None,
