@@ -51,21 +51,44 @@ class JobSummary:
 
 
 class OptionList(Sequence):
-    """A summary's options as rows ``[priority, spine, cap, shift]`` beside its cost matrix,
-    each ``OptionCost`` built when read (the Coordinator reads the cost matrix and only the
-    options it picks; the wire carries the rows as they are)."""
+    """A summary's options beside its cost matrix: rows ``(priority, spine, cap, shift)``,
+    and their wire form ``packed`` (``pack_options``), each ``OptionCost`` built when read
+    (the Coordinator reads the cost matrix and only the options it picks)."""
 
-    def __init__(self, rows: list, m: np.ndarray):
-        self._rows, self._m = rows, m
+    def __init__(self, rows, m: np.ndarray, packed: Optional[str] = None):
+        """``rows``: a list of rows, or None: decoded from ``packed`` when first read."""
+        self._rows, self._m, self.packed = rows, m, packed
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._m)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        p, sp, c, sh = self._rows[i]
+        if self._rows is None:
+            self._rows = _unpack_options(self.packed)
+        if isinstance(self._rows, tuple):          # decoded: (ints, caps)
+            p, sp, sh = self._rows[0][i].tolist()
+            sp, c = (None if sp < 0 else sp), float(self._rows[1][i])
+        else:
+            p, sp, c, sh = self._rows[i]
         return OptionCost(p, sp, c, float(self._m[i, 0]), float(self._m[i, 1]), sh)
+
+
+def pack_options(rows) -> str:
+    """Option rows on the wire, base64 of (priority, spine or -1 for ECMP, shift) per row as
+    little-endian int16, then every row's cap as little-endian float64 (exact)."""
+    rows = list(rows)
+    ints = np.array([(p, -1 if sp is None else sp, sh) for p, sp, _, sh in rows], dtype="<i2")
+    caps = np.array([c for _, _, c, _ in rows], dtype="<f8")
+    return base64.b64encode(ints.tobytes() + caps.tobytes()).decode("ascii")
+
+
+def _unpack_options(s: str) -> Tuple[np.ndarray, np.ndarray]:
+    raw = base64.b64decode(s)
+    n = len(raw) // 14
+    return (np.frombuffer(raw[:6 * n], dtype="<i2").reshape(n, 3),
+            np.frombuffer(raw[6 * n:], dtype="<f8"))
 
 
 def _pack(m: np.ndarray) -> str:
@@ -97,8 +120,9 @@ class RackSummary:
             jobs.append({"job": j.job, "preferred": j.preferred, "uplink_gbps": j.uplink_gbps,
                          "compute_s": j.compute_s, "iso_s": j.iso_s,
                          "local_peers": j.local_peers, "cross": j.cross,
-                         "options": (j.options._rows if isinstance(j.options, OptionList) else
-                                     [[o.priority, o.spine, o.cap, o.shift] for o in j.options]),
+                         "options": (j.options.packed if isinstance(j.options, OptionList)
+                                     and j.options.packed is not None else pack_options(
+                                         (o.priority, o.spine, o.cap, o.shift) for o in j.options)),
                          "costs": _pack(j.costs())})
         return json.dumps({"rack": self.rack, "epoch": self.epoch, "round": self.round,
                            "uplink_demand_gbps": self.uplink_demand_gbps,
@@ -111,7 +135,7 @@ class RackSummary:
         for j in d["jobs"]:
             cross = j["cross"]
             m = _unpack(j["costs"], 2 + len(cross))
-            jobs.append(JobSummary(j["job"], j["preferred"], OptionList(j["options"], m),
+            jobs.append(JobSummary(j["job"], j["preferred"], OptionList(None, m, j["options"]),
                                    j["uplink_gbps"], j["compute_s"], j["iso_s"],
                                    j["local_peers"], cross, m[:, 2:], m))
         d["jobs"] = jobs

@@ -63,7 +63,7 @@ class RackView:
         self._links: Dict[Tuple[str, Optional[int], float], frozenset] = {}
         self.assign: Dict[str, Opt] = {}
         self._summaries: Dict[tuple, RackSummary] = {}
-        self._opt_rows: Dict[str, list] = {}   # a job's options as summary rows
+        self._opt_rows: Dict[str, tuple] = {}  # a job's options: summary rows, wire form
         self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
         self._solved: Dict[tuple, Dict[str, Opt]] = {}           # (group, fixed) -> solution
         self.evals = 0

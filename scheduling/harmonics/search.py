@@ -9,7 +9,7 @@ import numpy as np
 
 from ..common import Opt, shiftable
 from ..fluid import BYTES_PER_GBIT
-from .messages import JobSummary, OptionList, RackSummary
+from .messages import JobSummary, OptionList, RackSummary, pack_options
 from .rackview import RackView
 
 
@@ -362,13 +362,13 @@ class LocalSearch(RackView):
         m[:, 0] = sd[:, pos]
         m[:, 1] = sd[:, loc].sum(axis=1) if loc else 0.0
         m[:, 2:] = sd[:, crs]
-        if opts is self.options[n]:
-            orows = self._opt_rows.get(n)
-            if orows is None:
-                orows = self._opt_rows[n] = [[o.priority, o.spine, o.cap, o.shift] for o in opts]
-        else:
-            orows = [[o.priority, o.spine, o.cap, o.shift] for o in opts]
-        return JobSummary(n, preferred, OptionList(orows, m), demand,
+        hit = self._opt_rows.get(n) if opts is self.options[n] else None
+        if hit is None:
+            rows = [(o.priority, o.spine, o.cap, o.shift) for o in opts]
+            hit = (rows, pack_options(rows))
+            if opts is self.options[n]:
+                self._opt_rows[n] = hit
+        return JobSummary(n, preferred, OptionList(hit[0], m, hit[1]), demand,
                           self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
                           self.local_peers[n], [g[i] for i in crs], m[:, 2:], m)
 
