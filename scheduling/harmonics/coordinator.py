@@ -72,17 +72,20 @@ class GlobalCoordinator:
         slowdowns racks x options x jobs (NaN where a rack did not report one), whether they
         meet rack-local jobs there (racks x 1 x jobs), their compute and isolated times."""
         cols: Dict[str, int] = {}
-        for e in entries:
+        ks: List[int] = []          # per reported (rack, other job): the rack's row,
+        cs: List[int] = []          # the job's column
+        met: List[bool] = []        # and whether it meets rack-local jobs there
+        for k, (r, e) in enumerate(zip(racks, entries)):
             for m in e.cross:
-                cols.setdefault(m, len(cols))
+                ks.append(k)
+                cs.append(cols.setdefault(m, len(cols)))
+                met.append(peers.get((m, r), 0) > 0)
         O = len(entries[0].options)
         V = np.full((len(entries), O, len(cols)), np.nan)
         P = np.zeros((len(entries), 1, len(cols)), dtype=bool)
-        for k, (r, e) in enumerate(zip(racks, entries)):
-            if e.cross:
-                idx = [cols[m] for m in e.cross]
-                V[k][:, idx] = e.cross_costs
-                P[k, 0, idx] = [peers.get((m, r), 0) > 0 for m in e.cross]
+        if ks:
+            V[ks, :, cs] = np.hstack([e.cross_costs for e in entries if e.cross]).T
+            P[ks, 0, cs] = met
         ci = np.array([info.get(m, (0.0, 0.0)) for m in cols]).reshape(len(cols), 2)
         return V, P, ci[:, 0], ci[:, 1]
 

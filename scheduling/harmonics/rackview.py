@@ -64,6 +64,7 @@ class RackView:
         self.assign: Dict[str, Opt] = {}
         self._summaries: Dict[tuple, RackSummary] = {}
         self._opt_rows: Dict[str, tuple] = {}  # a job's options: summary rows, wire form
+        self._demand: Dict[tuple, float] = {}   # (job, spine) -> its ToR-spine demand here
         self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
         self._solved: Dict[tuple, Dict[str, Opt]] = {}           # (group, fixed) -> solution
         self.evals = 0

@@ -414,10 +414,13 @@ class LocalSearch(RackView):
                 pairs = list(self._each_option(n, g, a))
                 assert [o for o, _ in pairs] == opts
                 rows = [sd for _, sd in pairs]
-            use, _ = self.model.usage(n, keep.spine)
-            up = sum(b for l, b in use.items() if l in self.links
-                     and self.model.cluster.links[l].kind in ("uplink", "downlink"))
-            demand = up / BYTES_PER_GBIT / self.iso[n] if self.iso[n] > 0 else 0.0
+            demand = self._demand.get((n, keep.spine))
+            if demand is None:
+                use, _ = self.model.usage(n, keep.spine)
+                up = sum(b for l, b in use.items() if l in self.links
+                         and self.model.cluster.links[l].kind in ("uplink", "downlink"))
+                demand = up / BYTES_PER_GBIT / self.iso[n] if self.iso[n] > 0 else 0.0
+                self._demand[(n, keep.spine)] = demand
             total_demand += demand
             out.append(self._job_summary(n, g, opts, rows, opts.index(keep), demand))
         res = RackSummary(self.rack, epoch, rnd, out, total_demand, len(self.local))
