@@ -187,3 +187,36 @@ def test_compiled_proxy_gives_the_numpy_proxys_decisions(monkeypatch):
         out.append(([v.to_dict() for _, v in sorted(d0.items())],
                     [v.to_dict() for _, v in sorted(d1.items())]))
     assert out[0] == out[1]
+
+
+def test_short_job_rule_keeps_a_short_job_above_a_long_burst():
+    # A's whole iteration (5 ms compute + 2.4 ms ring) is shorter than a quarter of B's 48 ms
+    # of communication on the uplink they share: under the rule A is offered class 0 only
+    from scheduling.cases import _case
+    sc = _case("short-and-long", 2, 2, 1, 1, [
+        ("A", ["r0h0", "r1h0"], 0.005, 30e6), ("B", ["r0h1", "r1h1"], 0.05, 600e6)])
+    st = state_from_scenario(resolve(sc))
+    h = get_policy("harmonics")
+    d = h.decide(st)
+    assert h.stats["short_jobs"] == 1 and d["A"].priority == 0
+    _check_consistent(st, h, d)
+    from scheduling.harmonics import policy as hp
+    seen = []
+    orig = hp.LocalScheduler.__init__
+
+    def keep(self, *a, **k):
+        orig(self, *a, **k)
+        seen.append(self)
+    hp.LocalScheduler.__init__ = keep
+    try:
+        get_policy("harmonics").decide(st)
+        ruled = list(seen)
+        seen.clear()
+        off = get_policy("harmonics", short_top=0)
+        off.decide(st)
+    finally:
+        hp.LocalScheduler.__init__ = orig
+    assert all(list(L.classes("A")) == [0] for L in ruled)
+    assert all(len(L.classes("B")) == st.num_classes for L in ruled)
+    assert off.stats["short_jobs"] == 0
+    assert all(len(L.classes("A")) == st.num_classes for L in seen)

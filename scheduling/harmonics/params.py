@@ -29,6 +29,10 @@ class HarmonicsConfig:
     screen_keep: int = 2             # options of a screening that reach the full model
     large_group: int = 8             # groups larger than this: closed-form proxy
     wide_span: int = 4               # a job on more racks is offered the highest class only (0: off)
+    # the short-job rule: a job whose isolated iteration is shorter than this times the
+    # longest isolated communication of the jobs it may share a link with is offered the
+    # highest class only (0: off; docs/harmonics.md)
+    short_top: float = 0.25
     shift_phases: int = SHIFT_PHASES  # 1: no phase stage (no start-time shifts)
     propose: bool = True             # the proposal stage (halo views, joint proposals)
     warm: bool = True                # incremental epochs start from the last decisions

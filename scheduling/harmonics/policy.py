@@ -130,7 +130,34 @@ class HarmonicsPolicy(Policy):
         self.guarded_components += 1
         return True
 
-    def _racks(self, state, model, K: int, names, pot, prev, jfp) -> tuple:
+    def _short_jobs(self, model, names, pot) -> frozenset:
+        """The short-job rule (``config.short_top``): the jobs whose isolated iteration is
+        shorter than ``short_top`` times the longest isolated communication time of the jobs
+        they may share a link with.  Below such a neighbour, strict priority blocks a job
+        for a whole burst of it, longer than the job's own iteration: the model's steady
+        state charges the mean, the tail (p99) pays the burst."""
+        f = self.config.short_top
+        if f <= 0:
+            return frozenset()
+        on: Dict[int, List[str]] = {}
+        for n in names:
+            for l in pot[n]:
+                on.setdefault(l, []).append(n)
+        longest: Dict[int, Tuple[float, float]] = {}     # link -> the two longest comm times
+        for l, js in on.items():
+            ts = sorted((model.iso_comm(n) for n in js), reverse=True)
+            longest[l] = (ts[0], ts[1] if len(ts) > 1 else 0.0)
+        out = set()
+        for n in names:
+            mine = model.iso_comm(n)
+            # the longest neighbour on a link: the top one, or the second if n is the top
+            nb = max((b if a == mine else a for a, b in (longest[l] for l in pot[n])),
+                     default=0.0)
+            if model.iso_iter(n) < f * nb:
+                out.add(n)
+        return frozenset(out)
+
+    def _racks(self, state, model, K: int, names, pot, prev, jfp, top) -> tuple:
         """The Local Schedulers of this epoch (rack -> scheduler), each rack's inputs and how
         many racks were kept from the last epoch."""
         cl = state.cluster
@@ -160,10 +187,11 @@ class HarmonicsPolicy(Policy):
             if old is not None and old[0] == fps[r]:
                 locs[r] = old[1]
                 locs[r].new_epoch()
+                locs[r].top = top   # its own jobs' status is in fps (the joint stage reads others')
                 reused += 1
                 continue
             locs[r] = LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
-                                     self.config, self._store(r))
+                                     self.config, self._store(r), top)
         return locs, fps, reused
 
     def _phase_stage(self, locs, current, coord, epoch: int, last_rnd: int, sums, phase,
@@ -369,7 +397,10 @@ class HarmonicsPolicy(Policy):
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
         names, pot = self._traffic(state, model, jfp, fresh=prev is None)
-        locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp)
+        top = self._short_jobs(model, names, pot)
+        if top:       # a job's status under the rule is one of its inputs (rack reuse)
+            jfp = {k: v + ((k in top),) for k, v in jfp.items()}
+        locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp, top)
         warm = prev is not None and self.config.warm and bool(prev[2])
         movable: Optional[set] = None
         carried = news = False
@@ -485,5 +516,5 @@ class HarmonicsPolicy(Policy):
                       "pruned": sum(L.pruned for L in locs.values()),
                       "simulations": model.ev.evaluations, "reused": 0,
                       "racks_reused": reused, "warm": int(warm),
-                      "carried": int(warm and carried)}
+                      "carried": int(warm and carried), "short_jobs": len(top)}
         return self._decisions(state, model, locs, final, current)

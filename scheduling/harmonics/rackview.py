@@ -25,10 +25,12 @@ class RackView:
 
     def __init__(self, rack: int, state: ClusterState, model: ContentionModel, rack_links: set,
                  names: Sequence[str], pot: Dict[str, set], K: int, config: HarmonicsConfig,
-                 store: Optional[dict] = None):
+                 store: Optional[dict] = None, top: frozenset = frozenset()):
         """``store``: this rack's job views kept across epochs (SimJobs and proxy rows per
-        job inputs and path choice; the policy keeps one per rack of one cluster)."""
+        job inputs and path choice; the policy keeps one per rack of one cluster); ``top``:
+        the epoch's jobs under the short-job rule (``classes``)."""
         self.config = config
+        self.top = top
         self._store = store
         self.G = max(1, config.shift_phases)
         self.rack = rack
@@ -101,7 +103,7 @@ class RackView:
         it the straggler of every one of them.  ``model``: this epoch's (joint stage)."""
         w = self.config.wide_span
         m = model or self.model
-        if w > 0 and len(m.jobs[m.index[n]].racks) > w:
+        if (w > 0 and len(m.jobs[m.index[n]].racks) > w) or n in self.top:
             return range(1)
         return range(self.K)
 
