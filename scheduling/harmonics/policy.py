@@ -381,18 +381,45 @@ class HarmonicsPolicy(Policy):
         self.messages.append(s)
         return type(msg).from_json(s)
 
-    def _decide(self, state: ClusterState) -> Decisions:
-        t_start = time.thread_time()
-        self.messages = []
+    def _model(self, state: ClusterState) -> ContentionModel:
+        """This epoch's model: the evaluator and the link usages kept across the epochs of
+        one cluster (``incremental``; the racks' job views are dropped with them)."""
         cl = state.cluster
-        K = max(1, state.num_classes)
         ev = self._evaluator(cl)
         if not self.config.incremental or self._usage_cap != (cl.spec, ev.cap) \
                 or len(self._usage) > self.store_limit:
             self._usage = {}
             self._stores = {}
             self._usage_cap = (cl.spec, ev.cap)
-        model = ContentionModel(state, ev, self._usage)
+        return ContentionModel(state, ev, self._usage)
+
+    def _warm_start(self, model, names, locs, fps, prev) -> tuple:
+        """A warm epoch's start: only the rack-spanning jobs of the racks whose inputs changed
+        (a job arrived, left or changed there) move, and new ones, and those of a carried
+        descent; the others hold the last decisions (the unchanged racks' caches answer
+        their held solves).  Returns (prev with the movable jobs shift-free and uncapped,
+        movable, whether inputs changed, whether a descent is carried)."""
+        cross_now = {n for n in names if model.jobs[model.index[n]].spans_racks}
+        dirty = [r for r in locs if prev[1].get(r, (None,))[0] != fps[r]]
+        movable = {n for r in dirty for n in locs[r].cross}
+        movable |= {n for n in cross_now if n not in prev[2]}
+        news = bool(movable)      # inputs changed: a new descent starts
+        carried = self._carry is not None
+        if carried:       # the last epoch's descent goes on (``carry_epochs``)
+            movable |= self._carry[0] & cross_now
+        # the rounds choose shift-free, uncapped decisions for the jobs that move (the
+        # phase and joint stages set shifts and caps again); the others keep theirs
+        prev = (prev[0], prev[1], {j: (Assignment(j, a.priority, a.spine, 1.0, 0)
+                                       if j in movable else a)
+                                   for j, a in prev[2].items() if j in cross_now})
+        return prev, movable, news, carried
+
+    def _decide(self, state: ClusterState) -> Decisions:
+        t_start = time.thread_time()
+        self.messages = []
+        cl = state.cluster
+        K = max(1, state.num_classes)
+        model = self._model(state)
         prev = self._prev if (self.config.incremental and self._prev is not None
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
@@ -405,22 +432,7 @@ class HarmonicsPolicy(Policy):
         movable: Optional[set] = None
         carried = news = False
         if warm:
-            # only the rack-spanning jobs of the racks whose inputs changed (a job arrived,
-            # left or changed there) move, and new ones; the others hold the last decisions
-            # (the unchanged racks' caches answer their held solves)
-            cross_now = {n for n in names if model.jobs[model.index[n]].spans_racks}
-            dirty = [r for r in locs if prev[1].get(r, (None,))[0] != fps[r]]
-            movable = {n for r in dirty for n in locs[r].cross}
-            movable |= {n for n in cross_now if n not in prev[2]}
-            news = bool(movable)      # inputs changed: a new descent starts
-            carried = self._carry is not None
-            if carried:       # the last epoch's descent goes on (``carry_epochs``)
-                movable |= self._carry[0] & cross_now
-            # the rounds choose shift-free, uncapped decisions for the jobs that move (the
-            # phase and joint stages set shifts and caps again); the others keep theirs
-            prev = (prev[0], prev[1], {j: (Assignment(j, a.priority, a.spine, 1.0, 0)
-                                           if j in movable else a)
-                                       for j, a in prev[2].items() if j in cross_now})
+            prev, movable, news, carried = self._warm_start(model, names, locs, fps, prev)
         coord = GlobalCoordinator(cl.spec.spines, compound=self.config.compound)
         epoch = state.epoch
         crit = 0.0     # critical path if racks ran in parallel: max over racks per phase (CPU)
