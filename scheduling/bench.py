@@ -272,20 +272,10 @@ def proxy_error(st, samples: int = 40, seed: int = 1) -> dict:
     its rack's option list; both in the rack's view (slowdowns capped at 50 so that a few
     starved jobs do not decide the figure)."""
     import numpy as np
-    from scheduling.harmonics import policy as hp
     from scheduling.fluid import STARVED_SLOWDOWN
-    racks = []
-    orig = hp.LocalScheduler.__init__
-
-    def keep(self, *a, **k):
-        orig(self, *a, **k)
-        racks.append(self)
-    hp.LocalScheduler.__init__ = keep
-    try:
-        get_policy("harmonics", warm=False).decide(st)
-    finally:
-        hp.LocalScheduler.__init__ = orig
-    large = [L for L in racks if L.large]
+    h = get_policy("harmonics", warm=False)
+    h.decide(st)
+    large = [L for _, L in h._prev[1].values() if L.large]   # the epoch's Local Schedulers
     rng = random.Random(seed)
     m_, p_, sizes = [], [], []
     for _ in range(samples if large else 0):

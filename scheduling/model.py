@@ -44,18 +44,15 @@ class ContentionModel:
         u = self._use.get(key)
         if u is None:
             js = self.jobs[self.index[name]]
-            skey = None
-            if self._shared is not None:
-                skey = (self.traffic_sig(name),) + (key[1:] if js.spans_racks else (None, ()))
+            if not js.spans_racks:      # the spine is irrelevant inside a rack
+                spine, flow_spines = None, None
+            path = key[1:] if js.spans_racks else (None, ())
+            u = self._use.get((name,) + path)
+            skey = (self.traffic_sig(name),) + path if self._shared is not None else None
+            if u is None and skey is not None:
                 u = self._shared.get(skey)
             if u is None:
-                if not js.spans_racks:      # the spine is irrelevant inside a rack
-                    if (name, None, ()) in self._use:
-                        u = self._use[(name, None, ())]
-                    else:
-                        u = job_link_bytes(js, self.cluster)
-                else:
-                    u = job_link_bytes(js, self.cluster, spine, flow_spines)
+                u = job_link_bytes(js, self.cluster, spine, flow_spines)
                 if skey is not None:
                     self._shared[skey] = u
             self._use[key] = u

@@ -200,22 +200,11 @@ def test_short_job_rule_keeps_a_short_job_above_a_long_burst():
     d = h.decide(st)
     assert h.stats["short_jobs"] == 1 and d["A"].priority == 0
     _check_consistent(st, h, d)
-    from scheduling.harmonics import policy as hp
-    seen = []
-    orig = hp.LocalScheduler.__init__
-
-    def keep(self, *a, **k):
-        orig(self, *a, **k)
-        seen.append(self)
-    hp.LocalScheduler.__init__ = keep
-    try:
-        get_policy("harmonics").decide(st)
-        ruled = list(seen)
-        seen.clear()
-        off = get_policy("harmonics", short_top=0)
-        off.decide(st)
-    finally:
-        hp.LocalScheduler.__init__ = orig
+    ruled = [L for _, L in h._prev[1].values()]      # the epoch's Local Schedulers
+    off = get_policy("harmonics", short_top=0)
+    off.decide(st)
+    seen = [L for _, L in off._prev[1].values()]
+    assert ruled and seen
     assert all(list(L.classes("A")) == [0] for L in ruled)
     assert all(len(L.classes("B")) == st.num_classes for L in ruled)
     assert off.stats["short_jobs"] == 0

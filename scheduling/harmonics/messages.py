@@ -67,11 +67,7 @@ class OptionList(Sequence):
             return [self[k] for k in range(*i.indices(len(self)))]
         if self._rows is None:
             self._rows = _unpack_options(self.packed)
-        if isinstance(self._rows, tuple):          # decoded: (ints, caps)
-            p, sp, sh = self._rows[0][i].tolist()
-            sp, c = (None if sp < 0 else sp), float(self._rows[1][i])
-        else:
-            p, sp, c, sh = self._rows[i]
+        p, sp, c, sh = self._rows[i]
         return OptionCost(p, sp, c, float(self._m[i, 0]), float(self._m[i, 1]), sh)
 
 
@@ -84,11 +80,12 @@ def pack_options(rows) -> str:
     return base64.b64encode(ints.tobytes() + caps.tobytes()).decode("ascii")
 
 
-def _unpack_options(s: str) -> Tuple[np.ndarray, np.ndarray]:
+def _unpack_options(s: str) -> List[tuple]:
     raw = base64.b64decode(s)
     n = len(raw) // 14
-    return (np.frombuffer(raw[:6 * n], dtype="<i2").reshape(n, 3),
-            np.frombuffer(raw[6 * n:], dtype="<f8"))
+    ints = np.frombuffer(raw[:6 * n], dtype="<i2").reshape(n, 3).tolist()
+    caps = np.frombuffer(raw[6 * n:], dtype="<f8").tolist()
+    return [(p, None if sp < 0 else sp, c, sh) for (p, sp, sh), c in zip(ints, caps)]
 
 
 def _pack(m: np.ndarray) -> str:

@@ -528,5 +528,5 @@ class HarmonicsPolicy(Policy):
                       "pruned": sum(L.pruned for L in locs.values()),
                       "simulations": model.ev.evaluations, "reused": 0,
                       "racks_reused": reused, "warm": int(warm),
-                      "carried": int(warm and carried), "short_jobs": len(top)}
+                      "carried": int(carried), "short_jobs": len(top)}
         return self._decisions(state, model, locs, final, current)
