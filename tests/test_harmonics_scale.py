@@ -158,7 +158,7 @@ def test_wide_jobs_are_offered_the_highest_class_only():
     """The wide-job rule: a job on more than ``wide_span`` racks is offered class 0 only, in
     every stage; the others keep every class."""
     st = _fragmented()
-    h = get_policy("harmonics", wide_span=2)
+    h = get_policy("harmonics", wide_span=2, wide_order=0)
     d = h.decide(st)
     wide = {j.name for j in st.jobs if len(j.racks) > 2}
     assert wide and any(len(j.racks) <= 2 and j.spans_racks for j in st.jobs)
@@ -167,6 +167,31 @@ def test_wide_jobs_are_offered_the_highest_class_only():
         for view in h.rack_views.values():
             assert n not in view or view[n].priority == 0
     _check_consistent(st, h, d)
+
+
+def test_wide_order_rule_lowers_the_long_wide_job_and_its_narrow_neighbours():
+    # S and L both span 6 racks (wide) and share every host link; L's iteration is far more
+    # than twice S's, so the rule offers L class 1 only and N (2 racks, on L's host links)
+    # classes 1..K-1; S stays in class 0.  Off (wide_order=0): the wide jobs are both in 0.
+    # Without the joint stage, whose fair-sharing start (the guard) may win in so small a
+    # component
+    from scheduling.cases import _case
+    hosts = [f"r{r}h0" for r in range(6)]
+    sc = _case("wide-order", 6, 2, 1, 3, [
+        ("S", hosts, 0.005, 30e6), ("L", hosts, 0.05, 300e6),
+        ("N", ["r0h0", "r1h0"], 0.02, 100e6)])
+    st = state_from_scenario(resolve(sc))
+    h = get_policy("harmonics", joint_jobs=0)
+    d = h.decide(st)
+    assert h.stats["wide_low"] == 1
+    assert (d["S"].priority, d["L"].priority) == (0, 1) and d["N"].priority >= 1
+    _check_consistent(st, h, d)
+    views = [L for _, L in h._prev[1].values()]      # the epoch's Local Schedulers
+    assert views and all(list(L.classes("L")) == [1] for L in views)
+    assert all(list(L.classes("N")) == list(range(1, st.num_classes)) for L in views if "N" in L.jobs)
+    off = get_policy("harmonics", joint_jobs=0, wide_order=0)
+    d0 = off.decide(st)
+    assert off.stats["wide_low"] == 0 and d0["S"].priority == d0["L"].priority == 0
 
 
 def test_compiled_proxy_gives_the_numpy_proxys_decisions(monkeypatch):

@@ -29,6 +29,11 @@ class HarmonicsConfig:
     screen_keep: int = 2             # options of a screening that reach the full model
     large_group: int = 8             # groups larger than this: closed-form proxy
     wide_span: int = 4               # a job on more racks is offered the highest class only (0: off)
+    # the wide-order rule: a wide job whose isolated iteration is longer than this times the
+    # shortest isolated iteration among the wide jobs it may share a link with is offered
+    # class 1 only, and the narrow jobs that may share a link with it classes 1..K-1
+    # (0: off; docs/harmonics.md)
+    wide_order: float = 2.0
     # the short-job rule: a job whose isolated iteration is shorter than this times the
     # longest isolated communication of the jobs it may share a link with is offered the
     # highest class only (0: off; docs/harmonics.md)

@@ -157,7 +157,45 @@ class HarmonicsPolicy(Policy):
                 out.add(n)
         return frozenset(out)
 
-    def _racks(self, state, model, K: int, names, pot, prev, jfp, top) -> tuple:
+    def _wide_low(self, model, names, pot) -> frozenset:
+        """The wide-order rule (``config.wide_order``): the wide jobs whose isolated iteration
+        is longer than ``wide_order`` times the shortest isolated iteration among the wide jobs
+        they may share a link with.  Fair sharing stretches a short wide job the most: each
+        of its many racks may hold it up, and it waits for the slowest; above a long
+        neighbour it runs near its isolated pace, while the long one loses only the short
+        one's bursts, a small part of its own long iteration (docs/harmonics.md)."""
+        w, f = self.config.wide_span, self.config.wide_order
+        if w <= 0 or f <= 0:
+            return frozenset()
+        wide = [n for n in names if len(model.jobs[model.index[n]].racks) > w]
+        shortest: Dict[int, float] = {}        # link -> shortest isolated iteration on it
+        for n in wide:
+            t = model.iso_iter(n)
+            for l in pot[n]:
+                shortest[l] = min(shortest.get(l, math.inf), t)
+        return frozenset(n for n in wide if model.iso_iter(n)
+                         > f * min((shortest[l] for l in pot[n]), default=math.inf))
+
+    def _class_limits(self, model, names, pot, K: int) -> Tuple[Dict[str, range], int, int]:
+        """The classes the rules leave a job (``RackView.classes``; a job not in the map: every
+        class, or class 0 for a wide job): class 0 for a short job; class 1 for a wide job
+        the wide-order rule places below, and classes 1..K-1 for the narrow jobs that may
+        share a link with one (above it they would hold it up on its racks as the wide
+        rule's class-0 jobs would).  Also the numbers of short and of lowered wide jobs."""
+        top = self._short_jobs(model, names, pot)
+        low = self._wide_low(model, names, pot) - top
+        limits: Dict[str, range] = {}
+        if low:
+            w = self.config.wide_span
+            under = set().union(*[pot[n] for n in low])
+            limits = {n: range(1, K) for n in names if n not in top and n not in low
+                      and len(model.jobs[model.index[n]].racks) <= w
+                      and not under.isdisjoint(pot[n])}
+            limits.update({n: range(1, 2) for n in low})
+        limits.update({n: range(1) for n in top})
+        return limits, len(top), len(low)
+
+    def _racks(self, state, model, K: int, names, pot, prev, jfp, limits) -> tuple:
         """The Local Schedulers of this epoch (rack -> scheduler), each rack's inputs and how
         many racks were kept from the last epoch."""
         cl = state.cluster
@@ -187,11 +225,11 @@ class HarmonicsPolicy(Policy):
             if old is not None and old[0] == fps[r]:
                 locs[r] = old[1]
                 locs[r].new_epoch()
-                locs[r].top = top   # its own jobs' status is in fps (the joint stage reads others')
+                locs[r].limits = limits   # its own jobs' are in fps (the joint stage reads others')
                 reused += 1
                 continue
             locs[r] = LocalScheduler(r, state, model, rack_links[r], rack_jobs[r], pot, K,
-                                     self.config, self._store(r), top)
+                                     self.config, self._store(r), limits)
         return locs, fps, reused
 
     def _phase_stage(self, locs, current, coord, epoch: int, last_rnd: int, sums, phase,
@@ -424,10 +462,11 @@ class HarmonicsPolicy(Policy):
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
         names, pot = self._traffic(state, model, jfp, fresh=prev is None)
-        top = self._short_jobs(model, names, pot)
-        if top:       # a job's status under the rule is one of its inputs (rack reuse)
-            jfp = {k: v + ((k in top),) for k, v in jfp.items()}
-        locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp, top)
+        limits, n_short, n_low = self._class_limits(model, names, pot, K)
+        if limits:    # a job's classes under the rules are one of its inputs (rack reuse)
+            jfp = {k: v + ((limits[k].start, limits[k].stop) if k in limits else None,)
+                   for k, v in jfp.items()}
+        locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp, limits)
         warm = prev is not None and self.config.warm and bool(prev[2])
         movable: Optional[set] = None
         carried = news = False
@@ -528,5 +567,6 @@ class HarmonicsPolicy(Policy):
                       "pruned": sum(L.pruned for L in locs.values()),
                       "simulations": model.ev.evaluations, "reused": 0,
                       "racks_reused": reused, "warm": int(warm),
-                      "carried": int(carried), "short_jobs": len(top)}
+                      "carried": int(carried), "short_jobs": n_short,
+                      "wide_low": n_low}
         return self._decisions(state, model, locs, final, current)

@@ -25,12 +25,12 @@ class RackView:
 
     def __init__(self, rack: int, state: ClusterState, model: ContentionModel, rack_links: set,
                  names: Sequence[str], pot: Dict[str, set], K: int, config: HarmonicsConfig,
-                 store: Optional[dict] = None, top: frozenset = frozenset()):
+                 store: Optional[dict] = None, limits: Optional[Dict[str, range]] = None):
         """``store``: this rack's job views kept across epochs (SimJobs and proxy rows per
         job inputs and path choice; the policy keeps one per rack of one cluster); ``top``:
         the epoch's jobs under the short-job rule (``classes``)."""
         self.config = config
-        self.top = top
+        self.limits = limits or {}
         self._store = store
         self.G = max(1, config.shift_phases)
         self.rack = rack
@@ -97,15 +97,26 @@ class RackView:
         self.halo_evals = 0
 
     def classes(self, n: str, model: Optional[ContentionModel] = None) -> range:
-        """The classes job n is offered: all K, or only the highest (0) for a *wide* job,
-        one spanning more than ``config.wide_span`` racks (the wide-job rule,
-        docs/harmonics.md): it crosses many racks' uplinks, so any class below the top makes
-        it the straggler of every one of them.  ``model``: this epoch's (joint stage)."""
+        """The classes job n is offered: the epoch's rules first (``limits``: the short-job
+        and wide-order rules, ``HarmonicsPolicy._class_limits``), else only the highest (0)
+        for a *wide* job, one spanning more than ``config.wide_span`` racks (the wide-job
+        rule, docs/harmonics.md): it crosses many racks' uplinks, so any class below the top
+        makes it the straggler of every one of them; else all K.  ``model``: this epoch's
+        (joint stage)."""
+        r = self.limits.get(n)
+        if r is not None:
+            return range(min(r.start, self.K - 1), min(r.stop, self.K))
         w = self.config.wide_span
         m = model or self.model
-        if (w > 0 and len(m.jobs[m.index[n]].racks) > w) or n in self.top:
+        if w > 0 and len(m.jobs[m.index[n]].racks) > w:
             return range(1)
         return range(self.K)
+
+    def allowed(self, n: str, o: Opt) -> Opt:
+        """o with its class moved into n's classes (a fair-sharing fallback of the guard
+        puts every job in class 0, which the rules may not offer n)."""
+        r = self.classes(n)
+        return o if o.priority in r else o._replace(priority=min(max(o.priority, r.start), r.stop - 1))
 
     def new_epoch(self) -> None:
         """Kept for another epoch (inputs unchanged): its caches stay, its counters restart."""

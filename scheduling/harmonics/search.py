@@ -28,7 +28,8 @@ class LocalSearch(RackView):
             cands = [s for s in dict.fromkeys(spines) if s is not None] or [None]
             s = min(cands, key=lambda x: (spine_load.get(x, 0.0), -1 if x is None else x))
             spine_load[s] = spine_load.get(s, 0.0) + 1.0
-            a[n] = Opt(min(rank, len(self.classes(n)) - 1), s, 1.0)
+            cl = self.classes(n)
+            a[n] = Opt(cl[min(rank, len(cl) - 1)], s, 1.0)
 
     def _option_class(self, n: str, o: Opt, group: Sequence[str], a: Dict[str, Opt],
                       others: Optional[list] = None, paths: Optional[dict] = None) -> tuple:
@@ -235,7 +236,7 @@ class LocalSearch(RackView):
                     a[n] = fixed[n]
             free = [n for n in g if n not in fixed]
             if len(g) == 1 and free:
-                a[free[0]] = Opt(0, self.paths[free[0]][0][0], 1.0)
+                a[free[0]] = Opt(self.classes(free[0])[0], self.paths[free[0]][0][0], 1.0)
                 continue
             # a group whose held decisions did not change keeps its solution (incremental
             # rounds and epochs); a free solve whose decisions for the now-held jobs equal
@@ -422,7 +423,8 @@ class LocalSearch(RackView):
                 demand = up / BYTES_PER_GBIT / self.iso[n] if self.iso[n] > 0 else 0.0
                 self._demand[(n, keep.spine)] = demand
             total_demand += demand
-            out.append(self._job_summary(n, g, opts, rows, opts.index(keep), demand))
+            out.append(self._job_summary(n, g, opts, rows, opts.index(self.allowed(n, keep)),
+                                         demand))
         res = RackSummary(self.rack, epoch, rnd, out, total_demand, len(self.local))
         self._summaries[key] = res
         return res
