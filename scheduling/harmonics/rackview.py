@@ -27,8 +27,8 @@ class RackView:
                  names: Sequence[str], pot: Dict[str, set], K: int, config: HarmonicsConfig,
                  store: Optional[dict] = None, limits: Optional[Dict[str, range]] = None):
         """``store``: this rack's job views kept across epochs (SimJobs and proxy rows per
-        job inputs and path choice; the policy keeps one per rack of one cluster); ``top``:
-        the epoch's jobs under the short-job rule (``classes``)."""
+        job inputs and path choice; the policy keeps one per rack of one cluster); ``limits``:
+        the classes the epoch's class rules leave some jobs (``classes``)."""
         self.config = config
         self.limits = limits or {}
         self._store = store
