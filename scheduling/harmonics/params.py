@@ -72,6 +72,10 @@ class HarmonicsConfig:
     # a plan their view scores worse than fair sharing's
     guard: bool = True
 
+    def is_wide(self, racks: int) -> bool:
+        """A job on ``racks`` racks is *wide* (the wide-job rule, ``wide_span``)."""
+        return 0 < self.wide_span < racks
+
     def __post_init__(self):
         object.__setattr__(self, "cap_fracs", tuple(self.cap_fracs))
 

@@ -164,10 +164,10 @@ class HarmonicsPolicy(Policy):
         of its many racks may hold it up, and it waits for the slowest; above a long
         neighbour it runs near its isolated pace, while the long one loses only the short
         one's bursts, a small part of its own long iteration (docs/harmonics.md)."""
-        w, f = self.config.wide_span, self.config.wide_order
-        if w <= 0 or f <= 0:
+        f = self.config.wide_order
+        if f <= 0:
             return frozenset()
-        wide = [n for n in names if len(model.jobs[model.index[n]].racks) > w]
+        wide = [n for n in names if self.config.is_wide(len(model.jobs[model.index[n]].racks))]
         shortest: Dict[int, float] = {}        # link -> shortest isolated iteration on it
         for n in wide:
             t = model.iso_iter(n)
@@ -186,10 +186,9 @@ class HarmonicsPolicy(Policy):
         low = self._wide_low(model, names, pot) - top
         limits: Dict[str, range] = {}
         if low:
-            w = self.config.wide_span
             under = set().union(*[pot[n] for n in low])
             limits = {n: range(1, K) for n in names if n not in top and n not in low
-                      and len(model.jobs[model.index[n]].racks) <= w
+                      and not self.config.is_wide(len(model.jobs[model.index[n]].racks))
                       and not under.isdisjoint(pot[n])}
             limits.update({n: range(1, 2) for n in low})
         limits.update({n: range(1) for n in top})

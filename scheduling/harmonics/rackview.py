@@ -106,9 +106,8 @@ class RackView:
         r = self.limits.get(n)
         if r is not None:
             return range(min(r.start, self.K - 1), min(r.stop, self.K))
-        w = self.config.wide_span
         m = model or self.model
-        if w > 0 and len(m.jobs[m.index[n]].racks) > w:
+        if self.config.is_wide(len(m.jobs[m.index[n]].racks)):
             return range(1)
         return range(self.K)
 
@@ -116,7 +115,9 @@ class RackView:
         """o with its class moved into n's classes (a fair-sharing fallback of the guard
         puts every job in class 0, which the rules may not offer n)."""
         r = self.classes(n)
-        return o if o.priority in r else o._replace(priority=min(max(o.priority, r.start), r.stop - 1))
+        if o.priority in r:
+            return o
+        return o._replace(priority=min(max(o.priority, r.start), r.stop - 1))
 
     def new_epoch(self) -> None:
         """Kept for another epoch (inputs unchanged): its caches stay, its counters restart."""
