@@ -124,6 +124,7 @@ class HarmonicsController(app_manager.OSKenApp):
                 "down_links": [f"tor{r}-sp{s_}" for r, s_ in sorted(net.down_links)],
                 "policy": self.config.get("policy"),
                 "epoch": self.epochs.driver.epoch if self.epochs else None,
+                "presolved": self.epochs.presolved if self.epochs else None,
                 "decisions": (self.last_record or {}).get("decisions", {}),
                 "job_mbps": dict(self.monitor.job_rate_mbps),
                 "active_flows_per_spine": {str(k): v for k, v in sorted(net.spines_in_use(now).items())},
@@ -146,6 +147,8 @@ class HarmonicsController(app_manager.OSKenApp):
 
     def close(self):
         self._stop.set()
+        if self.epochs is not None:
+            self.epochs.close()
         if self._rest is not None:
             self._rest.stop()
         try:

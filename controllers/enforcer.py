@@ -172,11 +172,15 @@ class Enforcer:
                 reinstall(key, f)
 
     def apply_shifts(self, decisions: Mapping[str, Decision], job_start: Callable[[str], Optional[float]],
-                     declared: Mapping) -> dict:
+                     declared: Mapping, started: Optional[Callable[[str], bool]] = None) -> dict:
         """The workers' control files (controllers.control_channel): DSCP, new start-time
-        shifts, and phase control's samples and corrections for the epoch record."""
+        shifts, and phase control's samples and corrections for the epoch record.
+        ``started``: whether a job has started (default: its start time has passed; a job
+        whose start is not known yet counts as started, unless ``started`` says otherwise)."""
         if self.channel is None:
             return {}
+        if started is None:
+            def started(job):
+                return (job_start(job) or 0.0) <= time.time()
         with self.net.lock:
-            return self.channel.apply(decisions, lambda job: (job_start(job) or 0.0) <= time.time(),
-                                      declared)
+            return self.channel.apply(decisions, started, declared)

@@ -1,6 +1,13 @@
 """The controller's epoch loop (only when the run names a policy): every ``epoch_s`` measure
-(controllers/monitor.py), decide (scheduling.epochs.EpochDriver, the policy), apply
-(controllers/enforcer.py), and append the epoch's record to the run's decisions.jsonl.
+(controllers/monitor.py), decide (scheduling.epochs.EpochDriver, the policy, in the
+low-priority decision process of controllers/decider.py), apply (controllers/enforcer.py),
+and append the epoch's record to the run's decisions.jsonl.
+
+Before the run's clock starts, the loop first decides for the jobs that arrive at time 0
+(``presolve``), on their declared traces, while the cluster is idle: their classes, paths,
+caps and start-time shifts are in place for their first iteration whatever the policy's
+search costs, as in the simulator, where simulated time stands still while a policy decides.
+The runner waits for it (the status file's ``presolved``) before it sets the start time.
 """
 from __future__ import annotations
 
@@ -40,8 +47,10 @@ class EpochLoop:
     def __init__(self, config: dict, jobs: JobTable, monitor: Monitor, enforcer: Enforcer,
                  apply_decisions: Callable[[Dict[str, Decision]], None], origin: float,
                  run_start: Callable[[], Optional[float]]):
-        from scheduling.epochs import EpochDriver, make_policy
+        from scheduling.base import job_state
         from workloads.scenario import load_scenario, resolve
+
+        from .decider import Decider, build_driver
 
         self.config = config
         self.jobs = jobs
@@ -52,12 +61,15 @@ class EpochLoop:
         self.epoch_s = monitor.epoch_s
         self.last_record: Optional[dict] = None
         self._prestarted: set = set()             # jobs decided before their start
+        self.presolved: Optional[dict] = None     # the presolve's figures, once done
         rs = resolve(load_scenario(config["scenario_path"]))
         emu = rs.scenario.emulation
-        policy = make_policy(config["policy"], **config.get("policy_kw", {}))
-        self.driver = EpochDriver(rs, policy, num_classes=enforcer.num_classes, time_scale=emu.time_scale,
-                                  bytes_scale=emu.bytes_scale,
-                                  estimate_profiles=bool(config.get("estimate_profiles", False)))
+        self._arrive_at_0 = sorted(j.name for j in rs.jobs if j.spec.arrival_s <= 0)
+        self.declared = {j.name: job_state(j, rs.cluster) for j in rs.jobs}
+        # the policy decides in its own low-priority process (controllers/decider.py), or here
+        # with ``decision_process: false``
+        self.driver = (Decider(config, enforcer.num_classes) if config.get("decision_process", True)
+                       else build_driver(config, enforcer.num_classes))
         if config.get("control_dir"):
             from scheduling.phase import PhaseConfig
 
@@ -75,6 +87,8 @@ class EpochLoop:
         class and start-time shift are in place for its first iteration (as in the model and
         the simulator, which decide at a job's arrival), instead of a shift applied after it
         has already run an epoch in an arbitrary phase."""
+        if self.config.get("presolve"):
+            self.presolve()
         nxt = time.time() + self.epoch_s
         while not stop.is_set():
             now = time.time()
@@ -91,6 +105,22 @@ class EpochLoop:
             except Exception:
                 LOG.exception("epoch failed")
 
+    def presolve(self) -> None:
+        """Decide for the jobs that arrive at time 0 before any of them starts (their start
+        time is not set yet: the runner waits for ``presolved``)."""
+        t0 = time.time()
+        try:
+            self._decide(0.0, set(self._arrive_at_0), {}, started=lambda job: False)
+            self._prestarted.update(self._arrive_at_0)
+        except Exception:
+            LOG.exception("presolve failed")
+        self.presolved = {"jobs": list(self._arrive_at_0), "wall_s": round(time.time() - t0, 3),
+                          "decision_cpu_ms": getattr(self.driver, "last_cpu_ms", None)}
+
+    def close(self) -> None:
+        if hasattr(self.driver, "close"):
+            self.driver.close()
+
     def run_epoch(self, lead: float = 0.0) -> None:
         """One epoch; ``lead`` > 0: a pre-start epoch, jobs starting within ``lead`` s count
         as active."""
@@ -100,13 +130,19 @@ class EpochLoop:
         for name in active:
             if (self.jobs.start(name) or 0.0) > now:
                 self._prestarted.add(name)
-        if not active and not self.enforcer.decisions:
-            return
-        decisions, rec = self.driver.step(max(0.0, now - (self.run_start() or now)), active,
-                                          series, self.monitor.poll_s)
+        started = self.run_start()
+        if not active and (not self.enforcer.decisions or started is None or started > now):
+            return      # nothing runs yet (presolved decisions stay) or any more
+        self._decide(max(0.0, now - (started or now)), active, series)
+
+    def _decide(self, now_s: float, active, series, started=None) -> None:
+        decisions, rec = self.driver.step(now_s, active, series, self.monitor.poll_s)
         self.apply_decisions(decisions)
-        phase = self.enforcer.apply_shifts(decisions, self.jobs.start, self.driver.declared)
+        phase = self.enforcer.apply_shifts(decisions, self.jobs.start, self.declared, started)
         rec_d = json.loads(rec.to_json())
+        cpu = getattr(self.driver, "last_cpu_ms", None)
+        if cpu is not None:
+            rec_d["decision_cpu_ms"] = cpu
         rec_d["measured_mbps"] = self.monitor.job_rate_mbps
         rec_d.update(phase)
         self.last_record = rec_d

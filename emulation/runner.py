@@ -54,6 +54,9 @@ def known_policies() -> tuple:
     from scheduling.registry import POLICIES
     return tuple(POLICIES) + ("static",)
 SNAPLEN = 128                  # captures keep headers only
+# the longest wait for the policy's first decision before the clock starts (optimal's search
+# stops at 30 s; its decision process starts in about 2 s)
+PRESOLVE_TIMEOUT_S = 180.0
 
 
 def _progress(msg: str) -> None:
@@ -213,7 +216,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
            "poll_s": emu.epoch_s / 10, "num_classes": num_classes, "bandwidth_scale": emu.bandwidth_scale,
            "control_dir": str((out / "control").resolve()), "done_dir": str((out / "done").resolve()),
            "telemetry_dir": str((out / "telemetry").resolve()),
-           "decisions_log": str((out / "decisions.jsonl").resolve())}
+           "decisions_log": str((out / "decisions.jsonl").resolve()), "presolve": True}
     if live is not None:
         from .net import free_tcp_port
         ctl["rest_port"], ctl["rest_token"] = live.get("port") or free_tcp_port(), live["token"]
@@ -228,6 +231,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
             if live is not None:
                 print(f"live view: http://127.0.0.1:{ctl['rest_port']}/  (token for POST "
                       f"/api/v1/notes: {live['token']})", flush=True)
+            info["presolve"] = wait_presolved(ec, policy)
             # the run's clock starts once the cluster is up: jobs start relative to it
             start_at = time.time() + 3.0 + 0.05 * sum(len(j.workers) for j in rs.jobs)
             qos.install_classes_map(shared_link_interfaces(ec), num_classes)
@@ -286,7 +290,9 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
     rows = collect(rs, policy, out, isolated)
     info["status"] = "failed" if info.get("failures") else "ok"
     info["isolated"] = {k: v["isolated_iter_s"] for k, v in rows.items()}
-    info["fidelity"] = fidelity.evaluate(mon, out, isolated_spread(rs, isolated, out))
+    model_pe = (fidelity.model_phase_errors(out, policy, num_classes)
+                if fidelity.phase_errors(out) else None)
+    info["fidelity"] = fidelity.evaluate(mon, out, isolated_spread(rs, isolated, out), model_pe)
     fidelity.annotate_summary(out, info["fidelity"]["verdict"])
     for r in rows.values():
         r["fidelity"] = info["fidelity"]["verdict"]
@@ -294,6 +300,23 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
     if not quiet and info["fidelity"]["verdict"] != "faithful":
         _progress(f"fidelity: {info['fidelity']['verdict']}\n")
     return rows
+
+
+def wait_presolved(ec: EmulatedCluster, policy: Optional[str], timeout: float = PRESOLVE_TIMEOUT_S) -> Optional[dict]:
+    """Wait until the controller has decided for the jobs that start at time 0 (the epoch
+    loop's presolve, controllers/epoch_loop.py), so that the clock starts with their
+    decisions in place. Returns the presolve's figures (None without a policy)."""
+    if not policy or policy == "none":
+        return None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ec._controller_alive()
+        done = ec.controller_status().get("presolved")
+        if done:
+            return done
+        time.sleep(0.1)
+    _progress(f"warning: the policy's first decision took over {timeout:g} s; the jobs start without it\n")
+    return {"timeout_s": timeout}
 
 
 def _wait(rs, procs, out: Path, deadline: float, quiet: bool, ec, events_hook, start_at) -> List[str]:

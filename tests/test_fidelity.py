@@ -160,3 +160,47 @@ def test_switch_drops_are_counted_from_the_log_since_the_run_began(tmp_path):
                     "tor1-eth5: Resource temporarily unavailable\n")
     assert fidelity.ovs_send_errors(at, log) == 3
     assert fidelity.ovs_send_errors(0, tmp_path / "missing.log") is None
+
+
+def test_phase_error_is_judged_against_the_model(tmp_path):
+    """A job is judged against the phase error the simulator got for the same run (plus 0.10
+    of a period); a job the model does not hold, against the absolute bound (0.25)."""
+    (tmp_path / "summary.csv").write_text(
+        "job,policy,iterations,mean_iter_s,phase_error,corrections\n"
+        "a,harmonics,55,0.05,0.28,3\nb,harmonics,55,0.05,0.40,3\nc,harmonics,55,0.05,0.20,3\n")
+    res = fidelity.evaluate(None, tmp_path, model_pe={"a": 0.27, "b": 0.20})
+    assert res["checks"]["phase_error"] == "suspect"
+    assert res["figures"]["phase_error_model"] == {"a": 0.27, "b": 0.20}
+    assert "b's phase error 40% of its period, the model 20% (max 30%)" in res["verdict"]
+    assert "a's" not in res["verdict"] and "c's" not in res["verdict"]
+    ok = fidelity.evaluate(None, tmp_path, model_pe={"a": 0.27, "b": 0.35})
+    assert ok["checks"]["phase_error"] == "ok" and ok["verdict"] == "faithful"
+
+
+def test_the_models_phase_error_comes_from_the_simulator(tmp_path):
+    """The pair under Harmonics in the simulator: jobB is shifted and held; its phase error
+    is a fraction of its period, and the scratch folder is gone."""
+    (tmp_path / "scenario.yaml").write_text(PAIR.read_text())
+    pe = fidelity.model_phase_errors(tmp_path, "harmonics", 4)
+    assert set(pe) == {"jobB"} and 0 < pe["jobB"] < 0.25, pe
+    assert [p.name for p in tmp_path.iterdir()] == ["scenario.yaml"]
+    assert fidelity.model_phase_errors(tmp_path, "static", 4) is None
+
+
+IDLE_HOG = ("import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.setpriority(os.PRIO_PROCESS, 0, 19)\n"
+            "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True: pass")
+
+
+def test_niced_idle_work_counts_as_headroom():
+    """Busy loops at nice 19 under SCHED_IDLE (as the policy's decision process runs) yield
+    their core at once: the monitor counts their time as headroom and reports it apart."""
+    mon = fidelity.Monitor({}, {}, period=0.05).start()
+    hogs = [subprocess.Popen([sys.executable, "-c", IDLE_HOG, str(c)]) for c in sorted(os.sched_getaffinity(0))]
+    try:
+        time.sleep(1.5)
+    finally:
+        mon.stop()
+        _stop(hogs)
+    cpu = mon.cpu_figures()
+    assert cpu["niced_mean"] > 0.5, cpu
+    assert cpu["headroom_median"] > 0.8, cpu

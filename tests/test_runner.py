@@ -131,6 +131,9 @@ def test_harmonics_shift_reaches_the_workers(emulation_ready, tmp_path):
         assert float(r["shift_s"]) == pytest.approx(want, rel=1e-3)
         assert float(r["start_s"]) == pytest.approx(want, abs=0.05)     # emulated seconds
     assert recs[0]["epoch"] == 0 and set(recs[0]["active_jobs"]) == {"jobA", "jobB"}
+    # decided before the clock started (the presolve), in the low-priority decision process
+    assert json.loads((out / "run.json").read_text())["presolve"]["jobs"] == ["jobA", "jobB"]
+    assert recs[0]["time_s"] == 0 and recs[0]["decision_cpu_ms"] > 0
     assert all(r["iterations"] == sc.jobs[0].iterations for r in rows.values()), rows
     assert not our_bridges()
 
