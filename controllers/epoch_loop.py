@@ -87,8 +87,8 @@ class EpochLoop:
         class and start-time shift are in place for its first iteration (as in the model and
         the simulator, which decide at a job's arrival), instead of a shift applied after it
         has already run an epoch in an arbitrary phase."""
-        if self.config.get("presolve"):
-            self.presolve()
+        if self.config.get("presolve") and self.run_start() is None:
+            self.presolve()         # not after a restart mid-run: the jobs run already
         nxt = time.time() + self.epoch_s
         while not stop.is_set():
             now = time.time()

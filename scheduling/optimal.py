@@ -38,6 +38,8 @@ LB_MARGIN = 1e-6
 
 class OptimalPolicy(Policy):
     name = "optimal"
+    # decide() reads the jobs' declared fields and the classes only (scheduling.epochs.SameInputs)
+    pure_decisions = True
 
     def __init__(self, time_limit_s: float = 30.0, cap_fracs: Sequence[float] = DEFAULT_CAP_FRACS,
                  include_ecmp: bool = True, shift_phases: int = SHIFT_PHASES):

@@ -71,3 +71,17 @@ def test_the_decision_process_ends_with_its_parent():
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_optimal_is_not_searched_again_on_the_same_inputs():
+    """Optimal decides on the jobs' declared fields alone: a second epoch with the same jobs
+    (another time, another epoch number) gets its last decisions without a new search; another
+    set of jobs is searched."""
+    cfg = {"scenario_path": str(REPO / "scenarios" / "pair-shared-spine.yaml"), "policy": "optimal"}
+    drv = build_driver(cfg, 4)
+    first, _ = drv.step(0.0, {"jobA", "jobB"}, {}, 0.1)
+    again, _ = drv.step(5.0, {"jobA", "jobB"}, {}, 0.1)
+    assert drv.policy.reused == 1
+    assert {k: v.to_dict() for k, v in again.items()} == {k: v.to_dict() for k, v in first.items()}
+    alone, _ = drv.step(9.0, {"jobA"}, {}, 0.1)
+    assert drv.policy.reused == 1 and set(alone) == {"jobA"}
