@@ -5,9 +5,12 @@ controller. A policy that searches for seconds (optimal's exhaustive search take
 30 s limit on four-racks) would take a core from forwarding in the controller's process and
 make the run measure the emulator's CPU instead of the policy. In a real deployment the
 scheduler has a machine of its own. Here it gets what the emulation leaves: the decision
-process runs at nice 19 under ``SCHED_IDLE``, so any runnable forwarding, worker or
-controller thread takes its core at once, and its time counts as ``nice`` in /proc/stat,
-which the fidelity monitor counts as headroom (emulation/fidelity.py).
+process runs in a session of its own whose autogroup is at nice 19 (with the kernel's
+autogroups, on here, CPU is shared between sessions first: a niced process in the
+controller's session would still get its session's full share), itself at nice 19 under
+``SCHED_IDLE``. Any runnable forwarding, worker or controller thread then takes its core at
+once. The fidelity monitor counts this process's CPU time as headroom (emulation/fidelity.py:
+the controller's status names its PID).
 
 The process holds the epoch driver (scheduling.epochs.EpochDriver, and with it the policy's
 state across epochs); the controller's epoch loop sends each epoch's measurements and waits
@@ -28,8 +31,17 @@ _DRIVER = None
 
 
 def lower_priority() -> None:
-    """This process yields to every normal one: nice 19 (accounted as ``nice`` CPU time) and,
-    where the kernel has it, the SCHED_IDLE policy."""
+    """This process yields to every normal one: a session of its own whose autogroup is at
+    nice 19, nice 19 itself and, where the kernel has it, the SCHED_IDLE policy."""
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("19")
+    except OSError:
+        pass
     try:
         os.setpriority(os.PRIO_PROCESS, 0, 19)
     except OSError:
@@ -67,8 +79,8 @@ def _init(config: dict, num_classes: int, parent: int) -> None:
     _DRIVER = build_driver(config, num_classes)
 
 
-def _ready() -> bool:
-    return _DRIVER is not None
+def _ready() -> int:
+    return os.getpid()
 
 
 def _step(now_s: float, active: Set[str], measured: Mapping, bin_s: float, cpu: bool):
@@ -86,13 +98,18 @@ class Decider:
                                         initargs=(config, num_classes, os.getpid()))
         self.epoch = 0
         self.last_cpu_ms = None
-        self.pool.submit(_ready)      # start the process (imports, the policy) right away
+        self._pid = self.pool.submit(_ready)   # start the process (imports, policy) at once
 
     def step(self, now_s: float, active: Set[str], measured: Mapping, bin_s: float) -> Tuple:
         decisions, rec, self.last_cpu_ms = self.pool.submit(
             _step, now_s, set(active), {k: dict(v) for k, v in measured.items()}, bin_s, True).result()
         self.epoch = rec.epoch + 1
         return decisions, rec
+
+    @property
+    def pid(self):
+        """The decision process's PID once it runs (None before)."""
+        return self._pid.result() if self._pid.done() and not self._pid.exception() else None
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -7,8 +7,8 @@ not have.  The monitor measures that on every run (in the spirit of Mininet-HiFi
 monitors) and gives the run a verdict, ``faithful`` or ``suspect: <reasons>``.
 
 During the run (``Monitor``, a thread of the runner, one sample every ``SAMPLE_S``):
-  * /proc/stat: the share of the two cores left idle (headroom) in every interval, niced
-    time included (it yields the core at once: the policy's decision process);
+  * /proc/stat: the share of the two cores left idle (headroom) in every interval, the
+    time of the policy's decision process included (it yields its core at once);
   * ``tc -s -j qdisc show`` (one call per sample): bytes sent and backlog of the egress
     qdisc of every shaped switch port (host links, uplinks, spine downlinks) and of each
     priority class's leaf queue on the shared links;
@@ -50,6 +50,9 @@ import numpy as np
 # same samples gave saturated links 97.8% of their rate at 0.058 s, 87.1% taken two at a time
 # and 73.1% three at a time (docs/fidelity.md, "Link rate: the sampling period")
 SAMPLE_S = 0.05
+# the role whose CPU time counts as headroom: the policy's decision process, which yields
+# its core at once (its own session's autogroup at nice 19, SCHED_IDLE; controllers/decider.py)
+YIELDING_ROLE = "decisions (yielding)"
 THRESHOLDS = {
     # CPU: the median interval keeps this share of both cores idle ...
     "cpu_headroom_median_min": 0.10,
@@ -75,11 +78,11 @@ CLASS_GUARANTEE = 0.02                # emulation/qos.py GUARANTEE_FRACTION
 
 
 def read_cpu() -> tuple:
-    """(idle ticks, niced ticks, total ticks) of all cores from /proc/stat."""
+    """(idle ticks, total ticks) of all cores from /proc/stat."""
     with open("/proc/stat") as f:
         parts = f.readline().split()
     vals = [int(x) for x in parts[1:9]]          # user nice system idle iowait irq softirq steal
-    return vals[3] + vals[4], vals[1], sum(vals)
+    return vals[3] + vals[4], sum(vals)
 
 
 def proc_ticks(pid: int) -> Optional[int]:
@@ -218,7 +221,8 @@ class Monitor:
 
     def _sample(self) -> None:
         t = time.time()
-        idle, niced, total = read_cpu()
+        idle, total = read_cpu()
+        yielded: Dict[int, int] = {}
         q = qdisc_stats(self.links)
         for role, pids_of in self.roles.items():
             try:
@@ -230,10 +234,12 @@ class Monitor:
                 v = proc_ticks(pid)
                 if v is not None:
                     seen.setdefault(pid, [v, v])[1] = v
+                    if role == YIELDING_ROLE:
+                        yielded[pid] = v
                 w = proc_sched(pid) if t >= self.t_from else None
                 if w is not None:
                     sch.setdefault(pid, [w, w])[1] = w
-        self.samples.append({"t": t, "idle": idle, "nice": niced, "total": total, "q": q,
+        self.samples.append({"t": t, "idle": idle, "yielded": yielded, "total": total, "q": q,
                              "psi": read_psi()})
 
     # ------------------------------------------------------------- figures
@@ -241,15 +247,16 @@ class Monitor:
         s = [x for x in self.samples if x["t"] >= self.t_from - self.period]
         if len(s) < 3:
             return {}
-        head, niced = [], []
+        head, yielded = [], []
         for a, b in zip(s, s[1:]):
             dt = b["total"] - a["total"]
             if dt > 0:
-                # niced work (the policy's decision process, controllers/decider.py) yields its
-                # core to any normal thread at once: its time is headroom, reported apart
-                n = (b.get("nice", 0) - a.get("nice", 0)) / dt
-                head.append((b["idle"] - a["idle"]) / dt + n)
-                niced.append(n)
+                # the policy's decision process (controllers/decider.py) yields its core to
+                # any normal thread at once: its time is headroom, reported apart
+                ya, yb = a.get("yielded") or {}, b.get("yielded") or {}
+                n = sum(yb[p] - ya[p] for p in yb if p in ya) / dt
+                head.append(min(1.0, (b["idle"] - a["idle"]) / dt + n))
+                yielded.append(n)
         if not head:
             return {}
         h = np.array(head)
@@ -269,7 +276,7 @@ class Monitor:
         pressure = round((psi[-1] - psi[0]) / 1e6 / wall, 4) if len(psi) >= 2 else None
         return {"wait_per_cpu_s": wait, "cpu_pressure_some": pressure,"samples": len(h), "headroom_mean": round(float(h.mean()), 4),
                 "headroom_median": round(float(np.median(h)), 4),
-                "niced_mean": round(float(np.mean(niced)), 4),
+                "yielded_mean": round(float(np.mean(yielded)), 4),
                 "headroom_p10": round(float(np.percentile(h, 10)), 4),
                 "starved_share": round(float((h < THRESHOLDS["cpu_starved_below"]).mean()), 4),
                 "cores_used_by_role": roles, "cores": os.cpu_count()}

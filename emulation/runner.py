@@ -135,7 +135,8 @@ def start_monitor(ec: EmulatedCluster, procs: Dict[str, list], captures: list) -
              "controller": lambda: [ec.controller_proc.pid] if ec.controller_proc else [],
              "tcpdump": lambda: [p.pid for p in captures],
              "workers": lambda: [p.pid for ps in procs.values() for p in ps],
-             "runner (monitor included)": lambda: [os.getpid()]}
+             "runner (monitor included)": lambda: [os.getpid()],
+             fidelity.YIELDING_ROLE: lambda: [p for p in [ec.controller_status().get("decider_pid")] if p]}
     return fidelity.Monitor(monitored_links(ec), roles).start()
 
 

@@ -39,6 +39,10 @@ def test_decisions_in_the_decision_process_equal_the_in_process_ones():
         (pid,) = list(d.pool._processes)
         assert os.getpriority(os.PRIO_PROCESS, pid) == 19
         assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+        # a session of its own, whose autogroup is niced too (CPU is shared between
+        # autogroups before nice counts inside one)
+        assert os.getsid(pid) == pid
+        assert open(f"/proc/{pid}/autogroup").read().split()[-1] == "19"
     finally:
         d.close()
 

@@ -187,20 +187,48 @@ def test_the_models_phase_error_comes_from_the_simulator(tmp_path):
     assert fidelity.model_phase_errors(tmp_path, "static", 4) is None
 
 
-IDLE_HOG = ("import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.setpriority(os.PRIO_PROCESS, 0, 19)\n"
-            "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True: pass")
+IDLE_HOG = ("import os, sys; sys.path.insert(0, sys.argv[2]); os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+            "from controllers.decider import lower_priority; lower_priority()\nwhile True: pass")
 
 
-def test_niced_idle_work_counts_as_headroom():
-    """Busy loops at nice 19 under SCHED_IDLE (as the policy's decision process runs) yield
-    their core at once: the monitor counts their time as headroom and reports it apart."""
-    mon = fidelity.Monitor({}, {}, period=0.05).start()
-    hogs = [subprocess.Popen([sys.executable, "-c", IDLE_HOG, str(c)]) for c in sorted(os.sched_getaffinity(0))]
+def _cpu_beside(hogs, yielding: bool):
+    mon = fidelity.Monitor({}, {fidelity.YIELDING_ROLE: (lambda: [h.pid for h in hogs]) if yielding
+                                else (lambda: [])}, period=0.05).start()
     try:
         time.sleep(1.5)
     finally:
         mon.stop()
+    return mon.cpu_figures()
+
+
+def test_the_decision_process_time_counts_as_headroom():
+    """Busy loops that lower themselves as the policy's decision process does (a session of
+    their own at autogroup nice 19, SCHED_IDLE) and are named as that role: their time is
+    headroom, reported apart. The same loops not named as the role are not."""
+    hogs = [subprocess.Popen([sys.executable, "-c", IDLE_HOG, str(c), str(REPO)])
+            for c in sorted(os.sched_getaffinity(0))]
+    try:
+        time.sleep(0.5)
+        named = _cpu_beside(hogs, True)
+        unnamed = _cpu_beside(hogs, False)
+    finally:
         _stop(hogs)
-    cpu = mon.cpu_figures()
-    assert cpu["niced_mean"] > 0.5, cpu
-    assert cpu["headroom_median"] > 0.8, cpu
+    assert named["yielded_mean"] > 0.4, named
+    assert unnamed["yielded_mean"] == 0, unnamed
+    assert named["headroom_median"] > unnamed["headroom_median"] + 0.4, (named, unnamed)
+
+
+def test_the_decision_process_yields_to_a_normal_process():
+    """Its autogroup at nice 19: beside a normal busy loop on the same core it gets almost
+    nothing (with the kernel's autogroups a plain nice 19 in another session gets half)."""
+    core = min(os.sched_getaffinity(0))
+    low = subprocess.Popen([sys.executable, "-c", IDLE_HOG, str(core), str(REPO)])
+    normal = subprocess.Popen([sys.executable, "-c", HOG, str(core)], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        a = fidelity.proc_ticks(low.pid)
+        time.sleep(2.0)
+        got = (fidelity.proc_ticks(low.pid) - a) / os.sysconf("SC_CLK_TCK") / 2.0
+    finally:
+        _stop([low, normal])
+    assert got < 0.1, got
