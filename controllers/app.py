@@ -125,7 +125,6 @@ class HarmonicsController(app_manager.OSKenApp):
                 "policy": self.config.get("policy"),
                 "epoch": self.epochs.driver.epoch if self.epochs else None,
                 "presolved": self.epochs.presolved if self.epochs else None,
-                "decider_pid": getattr(self.epochs.driver, "pid", None) if self.epochs else None,
                 "decisions": (self.last_record or {}).get("decisions", {}),
                 "job_mbps": dict(self.monitor.job_rate_mbps),
                 "active_flows_per_spine": {str(k): v for k, v in sorted(net.spines_in_use(now).items())},

@@ -9,8 +9,8 @@ process runs in a session of its own whose autogroup is at nice 19 (with the ker
 autogroups, on here, CPU is shared between sessions first: a niced process in the
 controller's session would still get its session's full share), itself at nice 19 under
 ``SCHED_IDLE``. Any runnable forwarding, worker or controller thread then takes its core at
-once. The fidelity monitor counts this process's CPU time as headroom (emulation/fidelity.py:
-the controller's status names its PID).
+once. The fidelity monitor counts the CPU time of processes lowered this way as headroom
+(emulation/fidelity.py, ``yielding_pids``).
 
 The process holds the epoch driver (scheduling.epochs.EpochDriver, and with it the policy's
 state across epochs); the controller's epoch loop sends each epoch's measurements and waits
@@ -98,18 +98,13 @@ class Decider:
                                         initargs=(config, num_classes, os.getpid()))
         self.epoch = 0
         self.last_cpu_ms = None
-        self._pid = self.pool.submit(_ready)   # start the process (imports, policy) at once
+        self.pool.submit(_ready)      # start the process (imports, the policy) right away
 
     def step(self, now_s: float, active: Set[str], measured: Mapping, bin_s: float) -> Tuple:
         decisions, rec, self.last_cpu_ms = self.pool.submit(
             _step, now_s, set(active), {k: dict(v) for k, v in measured.items()}, bin_s, True).result()
         self.epoch = rec.epoch + 1
         return decisions, rec
-
-    @property
-    def pid(self):
-        """The decision process's PID once it runs (None before)."""
-        return self._pid.result() if self._pid.done() and not self._pid.exception() else None
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -7,8 +7,9 @@ not have.  The monitor measures that on every run (in the spirit of Mininet-HiFi
 monitors) and gives the run a verdict, ``faithful`` or ``suspect: <reasons>``.
 
 During the run (``Monitor``, a thread of the runner, one sample every ``SAMPLE_S``):
-  * /proc/stat: the share of the two cores left idle (headroom) in every interval, the
-    time of the policy's decision process included (it yields its core at once);
+  * /proc/stat: the share of the two cores left idle (headroom) in every interval, the time
+    of processes that yield their core at once included (``yielding_pids``: the policy's
+    decision process, and background work lowered the same way);
   * ``tc -s -j qdisc show`` (one call per sample): bytes sent and backlog of the egress
     qdisc of every shaped switch port (host links, uplinks, spine downlinks) and of each
     priority class's leaf queue on the shared links;
@@ -50,9 +51,57 @@ import numpy as np
 # same samples gave saturated links 97.8% of their rate at 0.058 s, 87.1% taken two at a time
 # and 73.1% three at a time (docs/fidelity.md, "Link rate: the sampling period")
 SAMPLE_S = 0.05
-# the role whose CPU time counts as headroom: the policy's decision process, which yields
-# its core at once (its own session's autogroup at nice 19, SCHED_IDLE; controllers/decider.py)
-YIELDING_ROLE = "decisions (yielding)"
+# the role whose CPU time counts as headroom: processes that yield their core to any normal
+# one at once (``yielding_pids``): the policy's decision process (controllers/decider.py), and
+# any background work lowered the same way
+YIELDING_ROLE = "yielding (nice 19)"
+SCHED_IDLE_POLICY = 5
+
+
+def _autogroups() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def yielding_pids() -> List[int]:
+    """The processes that give their core to any normal one at once: nice 19 or SCHED_IDLE
+    and, where the kernel shares CPU between sessions first (autogroups), their session's
+    autogroup at nice 19 too (a niced process in a normal session still gets that session's
+    share: docs/fidelity.md, "The kernel's autogroups")."""
+    groups = _autogroups()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read().rsplit(")", 1)[1].split()
+            if not (int(st[16]) >= 19 or int(st[38]) == SCHED_IDLE_POLICY) or st[0] == "Z":
+                continue
+            if groups:
+                with open(f"/proc/{d}/autogroup") as f:
+                    if f.read().split()[-1] != "19":
+                        continue
+        except (OSError, IndexError, ValueError):
+            continue
+        out.append(int(d))
+    return out
+
+
+class Every:
+    """``fn()``'s value, looked up again at most every ``period`` seconds (a role's PIDs that
+    are costly to list)."""
+
+    def __init__(self, fn, period: float = 1.0):
+        self.fn, self.period, self.at, self.value = fn, period, -math.inf, None
+
+    def __call__(self):
+        now = time.monotonic()
+        if now - self.at >= self.period:
+            self.value, self.at = self.fn(), now
+        return self.value
 THRESHOLDS = {
     # CPU: the median interval keeps this share of both cores idle ...
     "cpu_headroom_median_min": 0.10,

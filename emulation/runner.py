@@ -136,7 +136,7 @@ def start_monitor(ec: EmulatedCluster, procs: Dict[str, list], captures: list) -
              "tcpdump": lambda: [p.pid for p in captures],
              "workers": lambda: [p.pid for ps in procs.values() for p in ps],
              "runner (monitor included)": lambda: [os.getpid()],
-             fidelity.YIELDING_ROLE: lambda: [p for p in [ec.controller_status().get("decider_pid")] if p]}
+             fidelity.YIELDING_ROLE: fidelity.Every(fidelity.yielding_pids)}
     return fidelity.Monitor(monitored_links(ec), roles).start()
 
 

@@ -218,6 +218,25 @@ def test_the_decision_process_time_counts_as_headroom():
     assert named["headroom_median"] > unnamed["headroom_median"] + 0.4, (named, unnamed)
 
 
+def test_yielding_processes_are_those_lowered_as_the_decision_process():
+    """Found: a process lowered as the decision process is (its own session at autogroup nice
+    19). Not found: a nice-19 process in a session of normal priority, which with the kernel's
+    autogroups still gets its session's share."""
+    lowered = subprocess.Popen([sys.executable, "-c", IDLE_HOG.replace("while True: pass", "import time; time.sleep(30)"),
+                                str(min(os.sched_getaffinity(0))), str(REPO)])
+    niced = subprocess.Popen([sys.executable, "-c", "import os, time; os.setpriority(os.PRIO_PROCESS, 0, 19); time.sleep(30)"],
+                             start_new_session=True)
+    try:
+        deadline = time.time() + 10
+        while lowered.pid not in fidelity.yielding_pids() and time.time() < deadline:
+            time.sleep(0.1)
+        found = fidelity.yielding_pids()
+        assert lowered.pid in found
+        assert niced.pid not in found and os.getpid() not in found
+    finally:
+        _stop([lowered, niced])
+
+
 def test_the_decision_process_yields_to_a_normal_process():
     """Its autogroup at nice 19: beside a normal busy loop on the same core it gets almost
     nothing (with the kernel's autogroups a plain nice 19 in another session gets half)."""
