@@ -156,6 +156,93 @@ def groups(jobs: Sequence[JobPhaseInput]) -> List[List[JobPhaseInput]]:
     return list(out.values())
 
 
+class IncrementalGroups:
+    """``groups`` kept across calls: the same partition and order, with only the classes
+    (priorities) whose jobs changed recomputed, and there only the components that did.
+    A job added to a class merges the components on its links; a job gone (or with another
+    class or other links) re-partitions only its former component.  ``update`` returns the
+    groups of job names, as ``groups`` orders them (by the first name of each group; names in
+    order inside a group)."""
+
+    def __init__(self):
+        self.jobs: Dict[str, Tuple[int, frozenset]] = {}     # name -> (class, links)
+        self.comp_of: Dict[str, int] = {}                    # name -> component id
+        self.comps: Dict[int, set] = {}                      # component id -> names
+        self.on: Dict[tuple, set] = {}                       # (class, link) -> names on it
+        self._next = 0
+
+    def _new_comp(self, names) -> int:
+        cid = self._next
+        self._next += 1
+        self.comps[cid] = set(names)
+        for n in names:
+            self.comp_of[n] = cid
+        return cid
+
+    def _remove(self, name: str) -> None:
+        prio, links = self.jobs.pop(name)
+        for l in links:
+            s = self.on[(prio, l)]
+            s.discard(name)
+            if not s:
+                del self.on[(prio, l)]
+        rest = self.comps.pop(self.comp_of.pop(name))
+        rest.discard(name)
+        # re-partition what is left of its component (union-find over their links)
+        names = sorted(rest)
+        parent = {n: n for n in names}
+
+        def find(a):
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        first: Dict[tuple, str] = {}
+        for n in names:
+            p, ls = self.jobs[n]
+            for l in ls:
+                k = first.setdefault((p, l), n)
+                if k != n:
+                    parent[find(n)] = find(k)
+        parts: Dict[str, list] = {}
+        for n in names:
+            parts.setdefault(find(n), []).append(n)
+        for part in parts.values():
+            self._new_comp(part)
+
+    def _add(self, name: str, prio: int, links: frozenset) -> None:
+        self.jobs[name] = (prio, links)
+        touched = set()
+        for l in links:
+            s = self.on.setdefault((prio, l), set())
+            if s:
+                touched.add(self.comp_of[next(iter(s))])
+            s.add(name)
+        if not touched:
+            self._new_comp([name])
+            return
+        big = max(touched, key=lambda c: (len(self.comps[c]), -c))
+        keep = self.comps[big]
+        for c in touched:
+            if c != big:
+                for n in self.comps.pop(c):
+                    self.comp_of[n] = big
+                    keep.add(n)
+        keep.add(name)
+        self.comp_of[name] = big
+
+    def update(self, jobs: Sequence[JobPhaseInput]) -> List[List[str]]:
+        now = {j.name: (j.priority, j.links) for j in jobs}
+        for n in [n for n, v in self.jobs.items()
+                  if n not in now or now[n][0] != v[0] or not (now[n][1] is v[1] or now[n][1] == v[1])]:
+            self._remove(n)
+        for n in sorted(now):
+            if n not in self.jobs:
+                self._add(n, now[n][0], now[n][1])
+        return sorted((sorted(c) for c in self.comps.values()), key=lambda g: g[0])
+
+
 class PhaseController:
     """Measures phase errors and orders corrections; keeps which corrections are pending."""
 
@@ -165,6 +252,7 @@ class PhaseController:
         self.settled: Dict[str, float] = {}       # job -> start of its last corrected iteration
         self._group_key: tuple = ()
         self._group_names: List[List[str]] = []
+        self._grouping = IncrementalGroups()
         self.total_delay_s: Dict[str, float] = {}
         self.count: Dict[str, int] = {}
 
@@ -203,7 +291,7 @@ class PhaseController:
         key = tuple(sorted((j.name, j.priority, len(j.links)) for j in jobs))
         if key != self._group_key:
             self._group_key = key
-            self._group_names = [[j.name for j in g] for g in groups(jobs)]
+            self._group_names = self._grouping.update(jobs)
         by = {j.name: j for j in jobs}
         return [[by[n] for n in g] for g in self._group_names]
 
