@@ -1,6 +1,7 @@
 """The compiled water-filling (simulation.wfkernel) against the numpy one it replaces: the
 same rates bit for bit (the simulator's outputs must not change), on random flow sets with
-several priority classes, ties, zero capacities and unsorted incidence entries."""
+several priority classes, ties, zero capacities, and sorted (the engine's order: the
+kernel's entity-major path) and unsorted incidence entries (its entry-order path)."""
 import math
 
 import numpy as np
