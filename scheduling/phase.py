@@ -179,16 +179,21 @@ class IncrementalGroups:
             self.comp_of[n] = cid
         return cid
 
-    def _remove(self, name: str) -> None:
-        prio, links = self.jobs.pop(name)
-        for l in links:
-            s = self.on[(prio, l)]
-            s.discard(name)
-            if not s:
-                del self.on[(prio, l)]
-        rest = self.comps.pop(self.comp_of.pop(name))
-        rest.discard(name)
-        # re-partition what is left of its component (union-find over their links)
+    def _remove(self, gone: Sequence[str]) -> None:
+        """Drop the jobs ``gone`` and re-partition what is left of their components, all at
+        once (union-find over the remaining members' links)."""
+        rest: set = set()
+        for name in gone:
+            prio, links = self.jobs.pop(name)
+            for l in links:
+                s = self.on[(prio, l)]
+                s.discard(name)
+                if not s:
+                    del self.on[(prio, l)]
+            cid = self.comp_of.pop(name)
+            if cid in self.comps:
+                rest |= self.comps.pop(cid)
+        rest.difference_update(gone)
         names = sorted(rest)
         parent = {n: n for n in names}
 
@@ -204,7 +209,9 @@ class IncrementalGroups:
             for l in ls:
                 k = first.setdefault((p, l), n)
                 if k != n:
-                    parent[find(n)] = find(k)
+                    ra, rb = find(n), find(k)
+                    if ra != rb:
+                        parent[ra] = rb
         parts: Dict[str, list] = {}
         for n in names:
             parts.setdefault(find(n), []).append(n)
@@ -234,9 +241,10 @@ class IncrementalGroups:
 
     def update(self, jobs: Sequence[JobPhaseInput]) -> List[List[str]]:
         now = {j.name: (j.priority, j.links) for j in jobs}
-        for n in [n for n, v in self.jobs.items()
-                  if n not in now or now[n][0] != v[0] or not (now[n][1] is v[1] or now[n][1] == v[1])]:
-            self._remove(n)
+        gone = [n for n, v in self.jobs.items()
+                if n not in now or now[n][0] != v[0] or not (now[n][1] is v[1] or now[n][1] == v[1])]
+        if gone:
+            self._remove(gone)
         for n in sorted(now):
             if n not in self.jobs:
                 self._add(n, now[n][0], now[n][1])
