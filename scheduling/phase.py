@@ -40,6 +40,8 @@ from fractions import Fraction
 from statistics import median
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class PhaseConfig:
@@ -169,6 +171,8 @@ class IncrementalGroups:
         self.comp_of: Dict[str, int] = {}                    # name -> component id
         self.comps: Dict[int, set] = {}                      # component id -> names
         self.on: Dict[tuple, set] = {}                       # (class, link) -> names on it
+        self.nid: Dict[tuple, int] = {}                      # (class, link) -> node id
+        self.nodes: Dict[str, np.ndarray] = {}               # name -> its node ids
         self._next = 0
 
     def _new_comp(self, names) -> int:
@@ -181,10 +185,11 @@ class IncrementalGroups:
 
     def _remove(self, gone: Sequence[str]) -> None:
         """Drop the jobs ``gone`` and re-partition what is left of their components, all at
-        once (union-find over the remaining members' links)."""
+        once (``_partition``)."""
         rest: set = set()
         for name in gone:
             prio, links = self.jobs.pop(name)
+            del self.nodes[name]
             for l in links:
                 s = self.on[(prio, l)]
                 s.discard(name)
@@ -194,32 +199,32 @@ class IncrementalGroups:
             if cid in self.comps:
                 rest |= self.comps.pop(cid)
         rest.difference_update(gone)
-        names = sorted(rest)
-        parent = {n: n for n in names}
-
-        def find(a):
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
-        first: Dict[tuple, str] = {}
-        for n in names:
-            p, ls = self.jobs[n]
-            for l in ls:
-                k = first.setdefault((p, l), n)
-                if k != n:
-                    ra, rb = find(n), find(k)
-                    if ra != rb:
-                        parent[ra] = rb
-        parts: Dict[str, list] = {}
-        for n in names:
-            parts.setdefault(find(n), []).append(n)
-        for part in parts.values():
+        for part in self._partition(sorted(rest)):
             self._new_comp(part)
+
+    def _partition(self, names: List[str]) -> List[List[str]]:
+        """Connected components of ``names`` (jobs linked by a (class, link) they share):
+        a sparse-graph labelling over the jobs' cached node ids."""
+        if not names:
+            return []
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+        arrs = [self.nodes[n] for n in names]
+        nodes = np.concatenate(arrs)
+        n, m = len(names), len(self.nid)
+        jobs = np.repeat(np.arange(n), [len(x) for x in arrs])
+        g = coo_matrix((np.ones(len(nodes), dtype=np.int8), (jobs, n + nodes)), shape=(n + m, n + m))
+        _, lab = connected_components(g, directed=False)
+        parts: Dict[int, list] = {}
+        for i, x in enumerate(lab[:n].tolist()):
+            parts.setdefault(x, []).append(names[i])
+        return list(parts.values())
 
     def _add(self, name: str, prio: int, links: frozenset) -> None:
         self.jobs[name] = (prio, links)
+        nid = self.nid
+        self.nodes[name] = np.array([nid.setdefault((prio, l), len(nid)) for l in links],
+                                    dtype=np.int64)
         touched = set()
         for l in links:
             s = self.on.setdefault((prio, l), set())
