@@ -193,6 +193,43 @@ def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
 
 
 @njit(cache=True)
+def _index_sorted(rows, cols, sel, con_map):
+    """``_index`` for entries grouped by entity in increasing order (rows non-decreasing
+    along ``sel``), in one pass: entities numbered in that order (the same numbering as
+    ``_index``), their entries contiguous (``eent`` the identity); constraints numbered in
+    order of first appearance (their order changes no sum: every per-constraint quantity is
+    computed on its own).  Leaves ``con_map`` set."""
+    ns = len(sel)
+    le = np.empty(ns, dtype=np.int64)
+    lc = np.empty(ns, dtype=np.int64)
+    ecount = np.zeros(ns + 1, dtype=np.int64)
+    uents = np.empty(ns, dtype=np.int64)
+    ucons = np.empty(ns, dtype=np.int64)
+    ne = 0
+    kc = 0
+    last = -1
+    for j in range(ns):
+        i = sel[j]
+        r = rows[i]
+        if ne == 0 or r != last:
+            uents[ne] = r
+            ecount[ne] = j
+            ne += 1
+            last = r
+        le[j] = ne - 1
+        c = cols[i]
+        k = con_map[c]
+        if k < 0:
+            k = kc
+            con_map[c] = k
+            ucons[kc] = c
+            kc += 1
+        lc[j] = k
+    ecount[ne] = ns
+    return uents[:ne].copy(), ucons[:kc].copy(), le, lc, ecount[:ne + 1].copy(), np.arange(ns)
+
+
+@njit(cache=True)
 def _finish(rates, vals, sel, base, ent_map, con_map, uents, ucons, le, lc, rate, sr):
     """The end of a class: its rates out, what it takes off ``base`` (summed in entry order,
     subtracted once), the scratch maps restored."""
@@ -220,7 +257,7 @@ def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
     then entry order, so every per-constraint sum adds the same terms in the same order.
     A round visits only the entities still unfrozen and the constraints still live
     (a constraint, once dead, has level inf and no unfrozen entity for good)."""
-    uents, ucons, le, lc, ecount, eent = _index(rows, cols, sel, ent_map, con_map)
+    uents, ucons, le, lc, ecount, eent = _index_sorted(rows, cols, sel, con_map)
     ns = len(sel)
     ne = len(uents)
     kc = len(ucons)
@@ -276,12 +313,12 @@ def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
             local[k] = loc
             if loc:
                 anyl = True
-        if not anyl:                       # cannot happen; guard against a stall (as _fill_one)
-            for k in range(kc):
+        if not anyl:                       # cannot happen; guard against a stall (as _fill_one:
+            for k in range(kc):            # the smallest level, then the smallest constraint id)
                 F[k] = cb[k] / w[k]
             best = 0
             for k in range(kc):
-                if F[k] < F[best]:
+                if F[k] < F[best] or (F[k] == F[best] and ucons[k] < ucons[best]):
                     best = k
             local[best] = True
             guard = best
