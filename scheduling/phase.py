@@ -40,6 +40,8 @@ from fractions import Fraction
 from statistics import median
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class PhaseConfig:
@@ -156,6 +158,104 @@ def groups(jobs: Sequence[JobPhaseInput]) -> List[List[JobPhaseInput]]:
     return list(out.values())
 
 
+class IncrementalGroups:
+    """``groups`` kept across calls: the same partition and order, with only the classes
+    (priorities) whose jobs changed recomputed, and there only the components that did.
+    A job added to a class merges the components on its links; a job gone (or with another
+    class or other links) re-partitions only its former component.  ``update`` returns the
+    groups of job names, as ``groups`` orders them (by the first name of each group; names in
+    order inside a group)."""
+
+    def __init__(self):
+        self.jobs: Dict[str, Tuple[int, frozenset]] = {}     # name -> (class, links)
+        self.comp_of: Dict[str, int] = {}                    # name -> component id
+        self.comps: Dict[int, set] = {}                      # component id -> names
+        self.on: Dict[tuple, set] = {}                       # (class, link) -> names on it
+        self.nid: Dict[tuple, int] = {}                      # (class, link) -> node id
+        self.nodes: Dict[str, np.ndarray] = {}               # name -> its node ids
+        self._next = 0
+
+    def _new_comp(self, names) -> int:
+        cid = self._next
+        self._next += 1
+        self.comps[cid] = set(names)
+        for n in names:
+            self.comp_of[n] = cid
+        return cid
+
+    def _remove(self, gone: Sequence[str]) -> None:
+        """Drop the jobs ``gone`` and re-partition what is left of their components, all at
+        once (``_partition``)."""
+        rest: set = set()
+        for name in gone:
+            prio, links = self.jobs.pop(name)
+            del self.nodes[name]
+            for l in links:
+                s = self.on[(prio, l)]
+                s.discard(name)
+                if not s:
+                    del self.on[(prio, l)]
+            cid = self.comp_of.pop(name)
+            if cid in self.comps:
+                rest |= self.comps.pop(cid)
+        rest.difference_update(gone)
+        for part in self._partition(sorted(rest)):
+            self._new_comp(part)
+
+    def _partition(self, names: List[str]) -> List[List[str]]:
+        """Connected components of ``names`` (jobs linked by a (class, link) they share):
+        a sparse-graph labelling over the jobs' cached node ids."""
+        if not names:
+            return []
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+        arrs = [self.nodes[n] for n in names]
+        nodes = np.concatenate(arrs)
+        n, m = len(names), len(self.nid)
+        jobs = np.repeat(np.arange(n), [len(x) for x in arrs])
+        g = coo_matrix((np.ones(len(nodes), dtype=np.int8), (jobs, n + nodes)), shape=(n + m, n + m))
+        _, lab = connected_components(g, directed=False)
+        parts: Dict[int, list] = {}
+        for i, x in enumerate(lab[:n].tolist()):
+            parts.setdefault(x, []).append(names[i])
+        return list(parts.values())
+
+    def _add(self, name: str, prio: int, links: frozenset) -> None:
+        self.jobs[name] = (prio, links)
+        nid = self.nid
+        self.nodes[name] = np.array([nid.setdefault((prio, l), len(nid)) for l in links],
+                                    dtype=np.int64)
+        touched = set()
+        for l in links:
+            s = self.on.setdefault((prio, l), set())
+            if s:
+                touched.add(self.comp_of[next(iter(s))])
+            s.add(name)
+        if not touched:
+            self._new_comp([name])
+            return
+        big = max(touched, key=lambda c: (len(self.comps[c]), -c))
+        keep = self.comps[big]
+        for c in touched:
+            if c != big:
+                for n in self.comps.pop(c):
+                    self.comp_of[n] = big
+                    keep.add(n)
+        keep.add(name)
+        self.comp_of[name] = big
+
+    def update(self, jobs: Sequence[JobPhaseInput]) -> List[List[str]]:
+        now = {j.name: (j.priority, j.links) for j in jobs}
+        gone = [n for n, v in self.jobs.items()
+                if n not in now or now[n][0] != v[0] or not (now[n][1] is v[1] or now[n][1] == v[1])]
+        if gone:
+            self._remove(gone)
+        for n in sorted(now):
+            if n not in self.jobs:
+                self._add(n, now[n][0], now[n][1])
+        return sorted((sorted(c) for c in self.comps.values()), key=lambda g: g[0])
+
+
 class PhaseController:
     """Measures phase errors and orders corrections; keeps which corrections are pending."""
 
@@ -165,6 +265,7 @@ class PhaseController:
         self.settled: Dict[str, float] = {}       # job -> start of its last corrected iteration
         self._group_key: tuple = ()
         self._group_names: List[List[str]] = []
+        self._grouping = IncrementalGroups()
         self.total_delay_s: Dict[str, float] = {}
         self.count: Dict[str, int] = {}
 
@@ -203,7 +304,7 @@ class PhaseController:
         key = tuple(sorted((j.name, j.priority, len(j.links)) for j in jobs))
         if key != self._group_key:
             self._group_key = key
-            self._group_names = [[j.name for j in g] for g in groups(jobs)]
+            self._group_names = self._grouping.update(jobs)
         by = {j.name: j for j in jobs}
         return [[by[n] for n in g] for g in self._group_names]
 

@@ -12,7 +12,19 @@ import numpy as np
 from workloads.cluster import default_spine
 
 from .jobs import _Coll, _Entity, _EntityTemplate, _Job
+import simulation.waterfill as _wf   # (not `from . import`: no edge to the package)
 from .waterfill import waterfill, waterfill_update
+
+_rk = None
+
+
+def _ratekernel():
+    """``simulation.ratekernel`` (numba), imported on first use by a large run."""
+    global _rk
+    if _rk is None:
+        import simulation.ratekernel as ratekernel
+        _rk = ratekernel
+    return _rk
 
 
 class FlowRates:
@@ -166,6 +178,7 @@ class FlowRates:
             full = True
             idx = np.flatnonzero(self.alive)
             n_new = 0
+            rows = cols = vals = None
             if len(idx):
                 il = idx.tolist()
                 rows = np.repeat(np.arange(len(idx)), self.slot_len[idx])
@@ -175,24 +188,45 @@ class FlowRates:
             # the previous incidence minus the entities gone, plus the new ones at the end
             # (a slot freed and reused since then counts as gone and new)
             p_idx, p_rows, p_cols, p_vals = asm
-            keep = self.alive[p_idx]
             new_sl = sorted(added)
             n_new = len(new_sl)
-            if n_new:
+            if len(p_rows) >= _wf.KERNEL_MIN_NNZ:
                 ns = np.array(new_sl, dtype=np.int64)
-                stale = np.isin(p_idx, ns)
-                keep &= ~stale
-            pos = np.cumsum(keep) - 1
-            kn = keep[p_rows]
-            n_keep = int(pos[-1]) + 1 if len(pos) else 0
-            idx = p_idx[keep]
-            rows, cols, vals = pos[p_rows[kn]], p_cols[kn], p_vals[kn]
-            if n_new:
-                idx = np.concatenate([idx, ns])
-                rows = np.concatenate([rows, np.repeat(np.arange(n_keep, n_keep + n_new),
-                                                       self.slot_len[ns])])
-                cols = np.concatenate([cols] + [ec[s] for s in new_sl])
-                vals = np.concatenate([vals] + [ev[s] for s in new_sl])
+                nc = np.concatenate([ec[s] for s in new_sl]) if n_new else p_cols[:0]
+                nv = np.concatenate([ev[s] for s in new_sl]) if n_new else p_vals[:0]
+                idx, rows, cols, vals = _ratekernel().assemble(
+                    p_idx, p_rows, p_cols, p_vals, self.alive, ns, self.slot_len, nc, nv)
+            else:
+                idx, rows, cols, vals = self._assemble_np(asm, new_sl)
+        self._allocate(full, idx, rows, cols, vals, n_new, removed)
+
+    def _assemble_np(self, asm, new_sl):
+        """The previous incidence minus the entities gone, plus the new ones at the end
+        (numpy; ``ratekernel.assemble`` does the same for large runs)."""
+        ec, ev = self.ent_cols, self.ent_vals
+        p_idx, p_rows, p_cols, p_vals = asm
+        keep = self.alive[p_idx]
+        n_new = len(new_sl)
+        if n_new:
+            ns = np.array(new_sl, dtype=np.int64)
+            stale = np.isin(p_idx, ns)
+            keep &= ~stale
+        pos = np.cumsum(keep) - 1
+        kn = keep[p_rows]
+        n_keep = int(pos[-1]) + 1 if len(pos) else 0
+        idx = p_idx[keep]
+        rows, cols, vals = pos[p_rows[kn]], p_cols[kn], p_vals[kn]
+        if n_new:
+            idx = np.concatenate([idx, ns])
+            rows = np.concatenate([rows, np.repeat(np.arange(n_keep, n_keep + n_new),
+                                                   self.slot_len[ns])])
+            cols = np.concatenate([cols] + [ec[s] for s in new_sl])
+            vals = np.concatenate([vals] + [ev[s] for s in new_sl])
+        return idx, rows, cols, vals
+
+    def _allocate(self, full, idx, rows, cols, vals, n_new, removed):
+        """The allocation of the assembled incidence (full, or incremental after ``n_new``
+        entities added at the end and the ``removed`` ones gone) and what follows from it."""
         self.active_idx = idx
         if len(idx) == 0:
             self._asm = None
@@ -214,6 +248,15 @@ class FlowRates:
             r = waterfill_update(len(idx), classes, rows, cols, vals, self.capacity,
                                  self.rate[idx], is_new, removed)
             self.incremental_updates += 1
+        if len(rows) >= _wf.KERNEL_MIN_NNZ:
+            load, job_rate = _ratekernel().after_fill(r, idx, rows, cols, vals, self.L, self.rate,
+                                                      self.slot_job, self.nflows,
+                                                      len(self.jobs), self.polling)
+            self.load = load
+            if self.polling:
+                self.job_rate = job_rate
+            self.dirty = False
+            return
         r[~np.isfinite(r)] = 0.0
         self.rate[idx] = r
         real = cols < self.L
@@ -226,6 +269,11 @@ class FlowRates:
         idx = self.active_idx
         if len(idx) == 0:
             return math.inf, -1
+        if self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ:
+            t, k = _ratekernel().next_completion(idx, self.rate, self.rem)
+            if k < 0:
+                return math.inf, -1
+            return self.now + t, int(idx[k])
         r = self.rate[idx]
         pos = r > 0
         if not pos.any():
@@ -240,7 +288,11 @@ class FlowRates:
         if dt <= 0:
             return
         idx = self.active_idx
-        if len(idx):
+        if len(idx) and self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ:
+            _ratekernel().advance(idx, self.rate, self.rem, dt)
+            if self.polling:
+                self.job_cum += self.job_rate * dt
+        elif len(idx):
             self.rem[idx] -= self.rate[idx] * dt
             if self.polling:
                 self.job_cum += self.job_rate * dt

@@ -193,6 +193,195 @@ def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
 
 
 @njit(cache=True)
+def _index_sorted(rows, cols, sel, con_map):
+    """``_index`` for entries grouped by entity in increasing order (rows non-decreasing
+    along ``sel``), in one pass: entities numbered in that order (the same numbering as
+    ``_index``), their entries contiguous (``eent`` the identity); constraints numbered in
+    order of first appearance (their order changes no sum: every per-constraint quantity is
+    computed on its own).  Leaves ``con_map`` set."""
+    ns = len(sel)
+    le = np.empty(ns, dtype=np.int64)
+    lc = np.empty(ns, dtype=np.int64)
+    ecount = np.zeros(ns + 1, dtype=np.int64)
+    uents = np.empty(ns, dtype=np.int64)
+    ucons = np.empty(ns, dtype=np.int64)
+    ne = 0
+    kc = 0
+    last = -1
+    for j in range(ns):
+        i = sel[j]
+        r = rows[i]
+        if ne == 0 or r != last:
+            uents[ne] = r
+            ecount[ne] = j
+            ne += 1
+            last = r
+        le[j] = ne - 1
+        c = cols[i]
+        k = con_map[c]
+        if k < 0:
+            k = kc
+            con_map[c] = k
+            ucons[kc] = c
+            kc += 1
+        lc[j] = k
+    ecount[ne] = ns
+    return uents[:ne].copy(), ucons[:kc].copy(), le, lc, ecount[:ne + 1].copy(), np.arange(ns)
+
+
+@njit(cache=True)
+def _finish(rates, vals, sel, base, ent_map, con_map, uents, ucons, le, lc, rate, sr):
+    """The end of a class: its rates out, what it takes off ``base`` (summed in entry order,
+    subtracted once), the scratch maps restored."""
+    ne = len(uents)
+    kc = len(ucons)
+    ns = len(sel)
+    for e in range(ne):
+        rates[uents[e]] = rate[e]
+    for k in range(kc):
+        sr[k] = 0.0
+    for j in range(ns):
+        sr[lc[j]] += vals[sel[j]] * rate[le[j]]
+    for k in range(kc):
+        base[ucons[k]] = base[ucons[k]] - sr[k]
+    for e in range(ne):
+        ent_map[uents[e]] = -1
+    for k in range(kc):
+        con_map[ucons[k]] = -1
+
+
+@njit(cache=True)
+def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
+    """``_fill_one`` when the entries ``sel`` are grouped by entity in increasing entity order
+    (rows non-decreasing along ``sel``, as the engine assembles them): entity-major order is
+    then entry order, so every per-constraint sum adds the same terms in the same order.
+    A round visits only the entities still unfrozen and the constraints still live
+    (a constraint, once dead, has level inf and no unfrozen entity for good)."""
+    uents, ucons, le, lc, ecount, eent = _index_sorted(rows, cols, sel, con_map)
+    ns = len(sel)
+    ne = len(uents)
+    kc = len(ucons)
+    cb = np.empty(kc)
+    w = np.zeros(kc)
+    for k in range(kc):
+        v = base[ucons[k]]
+        cb[k] = v if v > 0.0 else 0.0
+    for j in range(ns):
+        w[lc[j]] += vals[sel[j]]
+    F = np.empty(kc)
+    live = np.empty(kc, dtype=np.int64)
+    nlive = 0
+    for k in range(kc):
+        if w[k] < 0.5:
+            cb[k] = _INF
+            w[k] = 1.0
+            F[k] = _INF
+        else:
+            live[nlive] = k
+            nlive += 1
+    act = np.arange(ne)
+    nact = ne
+    newl = np.empty(ne, dtype=np.int64)
+    rate = np.zeros(ne)
+    m = np.empty(ne)
+    cmin = np.empty(kc)
+    local = np.zeros(kc, dtype=np.bool_)
+    sw = np.zeros(kc)
+    sr = np.zeros(kc)
+    while nact > 0:
+        for t in range(nlive):
+            k = live[t]
+            F[k] = cb[k] / w[k]
+            cmin[k] = _INF
+        for a in range(nact):
+            e = act[a]
+            mm = _INF
+            for q in range(ecount[e], ecount[e + 1]):
+                f = F[lc[eent[q]]]
+                if f < mm:
+                    mm = f
+            m[e] = mm
+            for q in range(ecount[e], ecount[e + 1]):
+                k = lc[eent[q]]
+                if mm < cmin[k]:
+                    cmin[k] = mm
+        anyl = False
+        guard = -1
+        for t in range(nlive):
+            k = live[t]
+            loc = F[k] <= cmin[k] and F[k] < _INF
+            local[k] = loc
+            if loc:
+                anyl = True
+        if not anyl:                       # cannot happen; guard against a stall (as _fill_one:
+            for k in range(kc):            # the smallest level, then the smallest constraint id)
+                F[k] = cb[k] / w[k]
+            best = 0
+            for k in range(kc):
+                if F[k] < F[best] or (F[k] == F[best] and ucons[k] < ucons[best]):
+                    best = k
+            local[best] = True
+            guard = best
+        nnew = 0
+        na = 0
+        for a in range(nact):
+            e = act[a]
+            hit = False
+            for q in range(ecount[e], ecount[e + 1]):
+                if local[lc[eent[q]]]:
+                    hit = True
+                    break
+            if hit:
+                rate[e] = m[e]
+                newl[nnew] = e
+                nnew += 1
+            else:
+                act[na] = e
+                na += 1
+        nact = na
+        if nact <= 0:
+            break
+        for t in range(nlive):
+            k = live[t]
+            sw[k] = 0.0
+            sr[k] = 0.0
+        for b in range(nnew):
+            e = newl[b]
+            for q in range(ecount[e], ecount[e + 1]):
+                j = eent[q]
+                k = lc[j]
+                v = vals[sel[j]]
+                sw[k] += v
+                sr[k] += v * rate[e]
+        nl = 0
+        for t in range(nlive):
+            k = live[t]
+            w[k] = w[k] - sw[k]
+            c = cb[k] - sr[k]
+            cb[k] = c if c > 0.0 else 0.0
+            if local[k] or w[k] < 0.5:
+                cb[k] = _INF
+                w[k] = 1.0
+                F[k] = _INF
+                local[k] = False
+            else:
+                live[nl] = k
+                nl += 1
+        nlive = nl
+        if guard >= 0:
+            local[guard] = False
+    _finish(rates, vals, sel, base, ent_map, con_map, uents, ucons, le, lc, rate, sr)
+
+
+@njit(cache=True)
+def _rows_sorted(rows):
+    for i in range(1, len(rows)):
+        if rows[i] < rows[i - 1]:
+            return False
+    return True
+
+
+@njit(cache=True)
 def fill_classes(rates, ent_cls, rows, cols, vals, residual):
     """Fill every class present among the entries' entities, highest priority (0) first,
     against ``residual`` (updated in place; clipped at 0 after every class but the last)."""
@@ -204,13 +393,17 @@ def fill_classes(rates, ent_cls, rows, cols, vals, residual):
     for i in range(nz):
         ecls[i] = ent_cls[rows[i]]
     ucls = np.unique(ecls)
+    srt = _rows_sorted(rows)
     for t in range(len(ucls)):
         c = ucls[t]
         if len(ucls) == 1:
             sel = np.arange(nz)
         else:
             sel = np.flatnonzero(ecls == c)
-        _fill_one(rates, rows, cols, vals, sel, residual, ent_map, con_map)
+        if srt:
+            _fill_one_sorted(rates, rows, cols, vals, sel, residual, ent_map, con_map)
+        else:
+            _fill_one(rates, rows, cols, vals, sel, residual, ent_map, con_map)
         if len(ucls) > 1:
             for k in range(len(residual)):
                 if residual[k] < 0.0:
@@ -252,12 +445,16 @@ def fill_free(rates, ent_cls, rows, cols, vals, capacity, prev, fixed):
     ucls = np.unique(ecls)
     ent_map = np.full(len(rates), -1, dtype=np.int64)
     con_map = np.full(len(capacity), -1, dtype=np.int64)
+    srt = _rows_sorted(rows)
     for t in range(len(ucls)):
         if len(ucls) == 1:
             sel = free_rows
         else:
             sel = free_rows[ecls == ucls[t]]
-        _fill_one(rates, rows, cols, vals, sel, residual, ent_map, con_map)
+        if srt:
+            _fill_one_sorted(rates, rows, cols, vals, sel, residual, ent_map, con_map)
+        else:
+            _fill_one(rates, rows, cols, vals, sel, residual, ent_map, con_map)
         if len(ucls) > 1:
             for k in range(len(residual)):
                 if residual[k] < 0.0:

@@ -230,3 +230,30 @@ def test_emulated_shift_holds_after_30_iterations(emulation_ready, tmp_path):
     assert rows["jobA"]["corrections"] + rows["jobB"]["corrections"] > 0
     recs = [json.loads(line) for line in open(tmp_path / "decisions.jsonl")]
     assert any(r.get("corrections") for r in recs)
+
+
+def test_incremental_groups_match_from_scratch():
+    """IncrementalGroups (kept across steps) gives exactly ``groups`` of the same jobs, over
+    random additions, removals, class and link changes."""
+    import random
+
+    from scheduling.phase import IncrementalGroups, groups
+    rng = random.Random(7)
+    inc = IncrementalGroups()
+    pool = {f"j{i:02d}": frozenset(rng.sample(range(30), rng.randint(0, 4))) for i in range(40)}
+    cur = {}
+    for _ in range(300):
+        for _ in range(rng.randint(1, 4)):
+            n = rng.choice(sorted(pool))
+            r = rng.random()
+            if r < 0.35:
+                cur.pop(n, None)
+            elif r < 0.5:
+                pool[n] = frozenset(rng.sample(range(30), rng.randint(0, 4)))
+                cur[n] = rng.randint(0, 2)
+            else:
+                cur[n] = rng.randint(0, 2)
+        jobs = [JobPhaseInput(n, [0.0, 1.0], 0, 0.0, p, pool[n]) for n, p in cur.items()]
+        rng.shuffle(jobs)
+        want = [[j.name for j in g] for g in groups(jobs)]
+        assert inc.update(jobs) == want
