@@ -86,6 +86,21 @@ def _index(rows, cols, sel, ent_map, con_map):
 
 
 @njit(cache=True)
+def _capacities(base, vals, sel, ucons, lc):
+    """A class's constraints: what is left of each (``cb``, never below 0) and the summed
+    weight of its entries (``w``, in entry order)."""
+    kc = len(ucons)
+    cb = np.empty(kc)
+    w = np.zeros(kc)
+    for k in range(kc):
+        v = base[ucons[k]]
+        cb[k] = v if v > 0.0 else 0.0
+    for j in range(len(sel)):
+        w[lc[j]] += vals[sel[j]]
+    return cb, w
+
+
+@njit(cache=True)
 def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
     """One class: the entries ``sel`` (increasing indices into rows/cols/vals).
     ``ent_map`` / ``con_map``: scratch arrays of -1 (restored on return)."""
@@ -93,13 +108,7 @@ def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
     ns = len(sel)
     ne = len(uents)
     kc = len(ucons)
-    cb = np.empty(kc)
-    w = np.zeros(kc)
-    for k in range(kc):
-        v = base[ucons[k]]
-        cb[k] = v if v > 0.0 else 0.0
-    for j in range(ns):
-        w[lc[j]] += vals[sel[j]]
+    cb, w = _capacities(base, vals, sel, ucons, lc)
     for k in range(kc):
         if w[k] < 0.5:
             cb[k] = _INF
@@ -178,18 +187,7 @@ def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
             if local[k] or w[k] < 0.5:
                 cb[k] = _INF
                 w[k] = 1.0
-    for e in range(ne):
-        rates[uents[e]] = rate[e]
-    for k in range(kc):
-        sr[k] = 0.0
-    for j in range(ns):
-        sr[lc[j]] += vals[sel[j]] * rate[le[j]]
-    for k in range(kc):
-        base[ucons[k]] = base[ucons[k]] - sr[k]
-    for e in range(ne):
-        ent_map[uents[e]] = -1
-    for k in range(kc):
-        con_map[ucons[k]] = -1
+    _finish(rates, vals, sel, base, ent_map, con_map, uents, ucons, le, lc, rate, sr)
 
 
 @njit(cache=True)
@@ -261,13 +259,7 @@ def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
     ns = len(sel)
     ne = len(uents)
     kc = len(ucons)
-    cb = np.empty(kc)
-    w = np.zeros(kc)
-    for k in range(kc):
-        v = base[ucons[k]]
-        cb[k] = v if v > 0.0 else 0.0
-    for j in range(ns):
-        w[lc[j]] += vals[sel[j]]
+    cb, w = _capacities(base, vals, sel, ucons, lc)
     F = np.empty(kc)
     live = np.empty(kc, dtype=np.int64)
     nlive = 0
