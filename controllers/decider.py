@@ -83,10 +83,10 @@ def _ready() -> int:
     return os.getpid()
 
 
-def _step(now_s: float, active: Set[str], measured: Mapping, bin_s: float, cpu: bool):
+def _step(now_s: float, active: Set[str], measured: Mapping, bin_s: float):
     t0 = time.process_time()
     decisions, rec = _DRIVER.step(now_s, active, measured, bin_s)
-    return decisions, rec, (time.process_time() - t0) * 1000 if cpu else None
+    return decisions, rec, (time.process_time() - t0) * 1000
 
 
 class Decider:
@@ -102,7 +102,7 @@ class Decider:
 
     def step(self, now_s: float, active: Set[str], measured: Mapping, bin_s: float) -> Tuple:
         decisions, rec, self.last_cpu_ms = self.pool.submit(
-            _step, now_s, set(active), {k: dict(v) for k, v in measured.items()}, bin_s, True).result()
+            _step, now_s, set(active), {k: dict(v) for k, v in measured.items()}, bin_s).result()
         self.epoch = rec.epoch + 1
         return decisions, rec
 
