@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Sequence, Set, Tuple
 from scheduling.registry import get_policy
 from scheduling.base import ClusterState, Decisions, decisions_from_json, job_state
 from scheduling.classes import clamp_class
-from scheduling.estimate import apply_estimates, estimate_from_measurements
+from scheduling.estimate import PairSeries, apply_estimates, estimate_from_measurements
 from workloads.scenario import ResolvedScenario
 
 Series = Mapping[Tuple[str, str], Sequence[float]]
@@ -117,6 +117,13 @@ class EpochDriver:
         """job -> its JobState from the declared trace."""
         return self._declared
 
+    def _scaled(self, series: Series) -> Series:
+        """One job's series in the trace's bytes (x ``bytes_scale``); the simulator's
+        ``PairSeries`` as one array product (the same products as on each float)."""
+        if isinstance(series, PairSeries):
+            return series.scaled(self.bytes_scale)
+        return {p: [b * self.bytes_scale for b in s] for p, s in series.items()}
+
     def step(self, now_s: float, active: Set[str], measured: Mapping[str, Series],
              bin_s: float) -> Tuple[Decisions, EpochRecord]:
         """One epoch: ``measured`` = job -> {(src host, dst host): emulated bytes per bin of
@@ -126,8 +133,7 @@ class EpochDriver:
         jobs = [copy.copy(self._declared[n]) for n in sorted(active) if n in self._declared]
         state = ClusterState(self.rs.cluster, jobs, self.num_classes, epoch=self.epoch,
                              time_s=now_s / self.time_scale)
-        trace = {job: {p: [b * self.bytes_scale for b in s] for p, s in series.items()}
-                 for job, series in measured.items() if job in active}
+        trace = {job: self._scaled(series) for job, series in measured.items() if job in active}
         est = estimate_from_measurements(trace, bin_s / self.time_scale) if trace else {}
         apply_estimates(state, est, update_profile=self.estimate_profiles)
         t0 = time.perf_counter()

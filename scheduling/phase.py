@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from fractions import Fraction
+from functools import lru_cache
 from statistics import median
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -115,18 +115,21 @@ def period_of(starts: Sequence[float], history: int) -> Optional[float]:
     return median(d) if d else None
 
 
+@lru_cache(maxsize=None)
+def _lowest_terms(max_ratio: int) -> Tuple[Tuple[int, int], ...]:
+    """(q, p), p and q <= max_ratio, q/p in lowest terms, p-major (the order of the search)."""
+    return tuple((q, p) for p in range(1, max_ratio + 1) for q in range(1, max_ratio + 1)
+                 if math.gcd(q, p) == 1)
+
+
 def small_ratio(pj: float, pr: float, max_ratio: int, tol: float) -> Optional[Tuple[int, int]]:
     """(q, p) with pj/pr ~= q/p, p and q <= max_ratio, the simplest first; None if none."""
     x = pj / pr
     best = None
-    for p in range(1, max_ratio + 1):
-        for q in range(1, max_ratio + 1):
-            f = Fraction(q, p)
-            if f.denominator != p:            # not in lowest terms: seen already
-                continue
-            if abs(x - q / p) <= tol * (q / p):
-                if best is None or p + q < best[0] + best[1]:
-                    best = (q, p)
+    for q, p in _lowest_terms(max_ratio):     # a ratio not in lowest terms was seen already
+        if abs(x - q / p) <= tol * (q / p):
+            if best is None or p + q < best[0] + best[1]:
+                best = (q, p)
     return best
 
 
@@ -265,13 +268,16 @@ class PhaseController:
         self.settled: Dict[str, float] = {}       # job -> start of its last corrected iteration
         self._group_key: tuple = ()
         self._group_names: List[List[str]] = []
+        self._group_of: Dict[str, int] = {}       # job -> its group's index in _group_names
         self._grouping = IncrementalGroups()
         self.total_delay_s: Dict[str, float] = {}
         self.count: Dict[str, int] = {}
 
-    def _measure(self, j: JobPhaseInput, r: JobPhaseInput, since: float) -> JobPhase:
+    def _measure(self, j: JobPhaseInput, r: JobPhaseInput, since: float,
+                 pr: Optional[float]) -> JobPhase:
+        """j's phase against the reference r (``pr``: r's ``period_of``)."""
         cfg = self.cfg
-        pj, pr = period_of(j.starts, cfg.history), period_of(r.starts, cfg.history)
+        pj = period_of(j.starts, cfg.history)
         none = JobPhase(j.name, r.name, pj, None, None, None, None)
         if pj is None or pr is None or min(len(j.starts), len(r.starts)) < cfg.min_starts:
             return none
@@ -300,32 +306,39 @@ class PhaseController:
         ph = JobPhase(j.name, r.name, pj, g, offset, decided, wrap((offset - decided) / g))
         return ph
 
-    def _groups(self, jobs: Sequence[JobPhaseInput]) -> List[List[JobPhaseInput]]:
+    def _groups(self, jobs: Sequence[JobPhaseInput],
+                only: Optional[set] = None) -> List[List[JobPhaseInput]]:
+        """The groups of ``jobs`` in order; only those with a job in ``only``, if given (the
+        simulator steps at every counter poll, for the few jobs that started an iteration
+        among ~1,000)."""
         key = tuple(sorted((j.name, j.priority, len(j.links)) for j in jobs))
         if key != self._group_key:
             self._group_key = key
             self._group_names = self._grouping.update(jobs)
+            self._group_of = {n: i for i, g in enumerate(self._group_names) for n in g}
+        names = self._group_names
+        if only is not None:
+            of = self._group_of
+            names = [names[i] for i in sorted({of[n] for n in only if n in of})]
         by = {j.name: j for j in jobs}
-        return [[by[n] for n in g] for g in self._group_names]
+        return [[by[n] for n in g] for g in names]
 
     def step(self, jobs: Sequence[JobPhaseInput], only: Optional[set] = None) -> PhaseStep:
         """Phases of the jobs of every held group (of the groups with a job in ``only``, if
         given: the jobs that started an iteration since the last step), and the corrections
         due now."""
         out = PhaseStep()
-        for grp in self._groups(jobs):
-            if only is not None and not any(j.name in only for j in grp):
-                continue
+        for grp in self._groups(jobs, only):
             if len(grp) < 2 or all(abs(j.shift_s) < 1e-12 for j in grp):
                 continue        # nothing decided to hold: no shift in the group
             ref = grp[0]
             pending = [self._pending(j) for j in grp]
-            out.phases[ref.name] = JobPhase(ref.name, None, period_of(ref.starts, self.cfg.history),
-                                            None, None, None, None)
+            pr = period_of(ref.starts, self.cfg.history)
+            out.phases[ref.name] = JobPhase(ref.name, None, pr, None, None, None, None)
             held = [ref]
             for j in grp[1:]:
                 since = max(self.settled.get(j.name, -math.inf), self.settled.get(ref.name, -math.inf))
-                ph = self._measure(j, ref, since)
+                ph = self._measure(j, ref, since, pr)
                 out.phases[j.name] = ph
                 if ph.error is not None:
                     held.append(j)

@@ -77,8 +77,10 @@ class PolicyControl:
                                 "jobs": len(active), "status": status})
         if decisions is not None:
             self._apply(decisions, active)
-        if self.phase is not None and not self.policy_disabled and t >= self.controller_down_until:
-            self.phase.tick(self.epoch_no)
+        if self.phase is not None:
+            self.phase.decisions_changed()
+            if not self.policy_disabled and t >= self.controller_down_until:
+                self.phase.tick(self.epoch_no)
         self.epoch_no += 1
         if self.jobs_done < len(self.jobs):
             if self.polling:
@@ -179,6 +181,8 @@ class PolicyControl:
                 j.cls = clamp_class(self.cfg.default_class, self.cfg.num_classes)
                 self.job_cls[j.idx] = j.cls
                 j.last_shift = 0.0
+            if self.phase is not None:
+                self.phase.decisions_changed()
             self.cap_index = {}
             self.cap_by_job = {}
             self.capacity = self.capacity[:self.cap_base_len].copy()

@@ -22,6 +22,8 @@ from typing import Dict
 
 import numpy as np
 
+from scheduling.estimate import PairSeries
+
 POLLS_PER_EPOCH = 50
 
 
@@ -75,9 +77,9 @@ def make_driver(engine):
                        estimate_profiles=engine.cfg.estimate_profiles)
 
 
-def measured_series(engine, active) -> Dict[str, Dict]:
+def measured_series(engine, active) -> Dict[str, PairSeries]:
     """job -> {(src host, dst host): bytes per poll bin} over the last epoch."""
-    out: Dict[str, Dict] = {}
+    out: Dict[str, PairSeries] = {}
     if not engine.cfg.measured_view or not engine.poll_rows:
         return out
     rows = np.array(engine.poll_rows)          # polls x jobs
@@ -86,6 +88,9 @@ def measured_series(engine, active) -> Dict[str, Dict]:
         if not j.m_pairs or float(series.sum()) <= 0:
             continue
         psum = sum(j.m_pairs.values())
-        # plain floats (tolist): the same values, cheaper for the estimator than numpy scalars
-        out[j.name] = {p: (series * (b / psum)).tolist() for p, b in j.m_pairs.items() if b > 0}
+        pairs = [p for p, b in j.m_pairs.items() if b > 0]
+        share = np.array([j.m_pairs[p] / psum for p in pairs])
+        # all the job's pairs in one array (row i: the series x pair i's share, the same
+        # products as one pair at a time)
+        out[j.name] = PairSeries(pairs, share[:, None] * series[None, :])
     return out

@@ -37,8 +37,11 @@ _kernel = None
 def _wfkernel():
     global _kernel
     if _kernel is None:
+        from .updatekernel import first_fill_level, fixed_mask, hi_residual, update_prelude
         from .wfkernel import fill_classes, fill_free
-        _kernel = SimpleNamespace(fill_classes=fill_classes, fill_free=fill_free)
+        _kernel = SimpleNamespace(fill_classes=fill_classes, fill_free=fill_free,
+                                  first_fill_level=first_fill_level, fixed_mask=fixed_mask,
+                                  hi_residual=hi_residual, update_prelude=update_prelude)
     return _kernel
 
 
@@ -227,6 +230,9 @@ def waterfill_update(n_entities: int, classes: np.ndarray, rows: np.ndarray, col
     classes = np.asarray(classes)
     capacity = np.asarray(capacity, dtype=float)
     is_new = np.asarray(is_new, dtype=bool)
+    if len(rows) >= KERNEL_MIN_NNZ:
+        return _update_compiled(rates, classes, rows, cols, vals, capacity,
+                                np.asarray(prev, dtype=float), is_new, removed)
     prev = np.where(is_new, 0.0, np.asarray(prev, dtype=float))
     changed = [int(c) for _, c in removed] + [int(c) for c in np.unique(classes[is_new])]
     if not changed:
@@ -249,9 +255,6 @@ def waterfill_update(n_entities: int, classes: np.ndarray, rows: np.ndarray, col
     fixed = hi | ((classes == c0) & ~is_new & (prev < lam * (1.0 - 1e-12)))
     if not fixed.any():
         return waterfill(n_entities, classes, rows, cols, vals, capacity)
-    if len(rows) >= KERNEL_MIN_NNZ:
-        _wfkernel().fill_free(rates, classes.astype(np.int64), rows, cols, vals, capacity, prev, fixed)
-        return rates
     free = ~fixed
     fm = fixed[rows]
     residual = capacity - np.bincount(cols[fm], weights=prev[rows[fm]] * vals[fm],
@@ -263,6 +266,31 @@ def waterfill_update(n_entities: int, classes: np.ndarray, rows: np.ndarray, col
         pos = np.cumsum(free) - 1
         um = ~fm
         rates[free] = waterfill(nf, classes[free], pos[rows[um]], cols[um], vals[um], residual)
+    return rates
+
+
+def _update_compiled(rates, classes, rows, cols, vals, capacity, prev, is_new, removed):
+    """``waterfill_update`` for large incidences: the same steps, with the passes over every
+    entity and entry compiled (``simulation.updatekernel``, then ``wfkernel.fill_free``: the
+    same comparisons, and the same sums in the same order), so the rates are bit-identical
+    to the numpy steps above."""
+    kern = _wfkernel()
+    cls = np.asarray(classes, dtype=np.int64)
+    prev, c_new, ok = kern.update_prelude(prev, is_new, cls, rows)
+    rem = [int(c) for _, c in removed]
+    if not rem and c_new < 0:
+        return prev.copy()
+    if not ok:
+        return waterfill(len(rates), classes, rows, cols, vals, capacity)
+    c0 = min(rem + ([c_new] if c_new >= 0 else []))
+    lam = min([float(r) for r, c in removed if int(c) == c0], default=math.inf)
+    if c_new == c0:
+        res_hi = kern.hi_residual(capacity, cls, rows, cols, vals, prev, c0)
+        lam = min(lam, kern.first_fill_level(rows, cols, vals, res_hi, prev, cls, c0, is_new))
+    fixed, any_fixed = kern.fixed_mask(cls, is_new, prev, c0, lam * (1.0 - 1e-12))
+    if not any_fixed:
+        return waterfill(len(rates), classes, rows, cols, vals, capacity)
+    kern.fill_free(rates, cls, rows, cols, vals, capacity, prev, fixed)
     return rates
 
 

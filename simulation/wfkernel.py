@@ -451,3 +451,4 @@ def fill_free(rates, ent_cls, rows, cols, vals, capacity, prev, fixed):
             for k in range(len(residual)):
                 if residual[k] < 0.0:
                     residual[k] = 0.0
+

@@ -130,6 +130,33 @@ def test_incremental_update_equals_numpy_reference_and_full_recompute(monkeypatc
     assert checked == 1800
 
 
+def test_first_fill_level_kernel_equals_numpy_bit_for_bit():
+    """The incremental update's level under which no constraint of a new entity can fill,
+    compiled (``updatekernel.first_fill_level``) and numpy (``waterfill._first_fill_level``)."""
+    from simulation.waterfill import _first_fill_level
+    from simulation.updatekernel import first_fill_level
+    rng = np.random.default_rng(17)
+    checked = 0
+    for trial in range(400):
+        n, classes, rows, cols, vals, cap = _random_problem(rng, trial)
+        if len(rows) == 0 or np.bincount(rows, minlength=n).min() == 0:
+            continue
+        order = np.lexsort((cols, rows))             # the engine's order: grouped by entity
+        rows, cols, vals = rows[order], cols[order], vals[order]
+        prev = waterfill(n, classes, rows, cols, vals, cap)
+        is_new = rng.random(n) < 0.2
+        c0 = int(classes[is_new].min()) if is_new.any() else -1
+        if c0 < 0:
+            continue
+        prev = np.where(is_new, 0.0, prev)
+        in_c0 = classes == c0
+        want = _first_fill_level(rows, cols, vals, cap, prev, in_c0, is_new & in_c0)
+        got = first_fill_level(rows, cols, vals, cap, prev, classes.astype(np.int64), c0, is_new)
+        assert np.float64(got).tobytes() == np.float64(want).tobytes(), trial
+        checked += 1
+    assert checked > 100
+
+
 def _engine_run(placement, policy):
     from simulation.__main__ import load_policy
     from simulation.engine import SimConfig, simulate

@@ -2,23 +2,56 @@
 summaries (it never evaluates the model)."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..fluid import STARVED_SLOWDOWN
+from .compoundkernel import available as compound_jit_available, compound as compound_jit
 from .messages import (Assignment, CoordinatorMessage, GhostJob, JobSummary, Proposal,
                        ProposalReport, RackSummary, ViewCost)
+
+
+class _Tables(NamedTuple):
+    """One round's lookups by column id (``GlobalCoordinator._tables``)."""
+    xid: Dict[Tuple[str, int], np.ndarray]   # (job, rack) -> its summary's cross ids there
+    ci: np.ndarray                           # id -> (compute_s, iso_s)
+    met: Dict[int, np.ndarray]               # rack -> id -> meets rack-local jobs there
+
+
+class CrossIndex:
+    """Column ids of the rack-spanning jobs the summaries name, one per job name, and each
+    summary's ``cross`` list as ids.  A rack's groups change only where jobs come or go, so
+    the same lists come back round after round and epoch after epoch: each is converted
+    once (the policy keeps one index across epochs)."""
+
+    def __init__(self):
+        self.ids: Dict[str, int] = {}
+        self.lists: Dict[tuple, np.ndarray] = {}
+
+    def id(self, job: str) -> int:
+        return self.ids.setdefault(job, len(self.ids))
+
+    def of(self, cross: List[str]) -> np.ndarray:
+        key = tuple(cross)
+        ids = self.lists.get(key)
+        if ids is None:
+            ids = self.lists[key] = np.array([self.id(m) for m in cross], dtype=np.intp)
+        return ids
 
 
 class GlobalCoordinator:
     """Picks one decision per rack-spanning job from the racks' summaries."""
 
-    def __init__(self, spines: int, tol: float = 1e-6, compound: str = "product"):
+    def __init__(self, spines: int, tol: float = 1e-6, compound: str = "product",
+                 index: Optional[CrossIndex] = None):
+        """``index``: the column ids to use (``CrossIndex``; kept by the caller across
+        epochs), else a new one."""
         self.compound = compound
         self.spines = spines
         self.tol = tol
         self.job_racks: Dict[str, List[int]] = {}   # rack-spanning job -> its racks (round 1)
+        self.index = index if index is not None else CrossIndex()
 
     @staticmethod
     def _product(views: Sequence[Tuple[float, int]], compute_s: float, iso_s: float) -> float:
@@ -41,11 +74,10 @@ class GlobalCoordinator:
                 f *= max(1.0, (v * iso_s - compute_s) / t0)
         return min(STARVED_SLOWDOWN, max(worst, (compute_s + t0 * f) / iso_s))
 
-    def _totals(self, entries: List[JobSummary], racks: Sequence[int],
-                info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]
+    def _totals(self, entries: List[JobSummary], racks: Sequence[int], tab: "_Tables"
                 ) -> List[float]:
         if self.compound == "product":
-            return self._totals_product(entries, racks, info, peers)
+            return self._totals_product(entries, racks, tab)
         return self._totals_max(entries)
 
     @staticmethod
@@ -65,44 +97,85 @@ class GlobalCoordinator:
         plain = (t0 <= 0) | (iso <= 0) | (worst >= STARVED_SLOWDOWN)
         return np.where(plain, worst, res)
 
+    @classmethod
+    def _product_cols(cls, V: np.ndarray, peers: np.ndarray, compute_s: np.ndarray,
+                      iso_s: np.ndarray) -> np.ndarray:
+        """``_product_vec`` of racks x options x jobs ``V`` with ``peers`` racks x jobs and
+        ``compute_s`` / ``iso_s`` per job, on the compiled kernel (``compoundkernel``: the
+        same arithmetic in the same order) when it is available."""
+        if compound_jit_available():
+            return compound_jit(np.ascontiguousarray(V, dtype=float),
+                                np.ascontiguousarray(peers, dtype=np.bool_),
+                                np.ascontiguousarray(compute_s, dtype=float),
+                                np.ascontiguousarray(iso_s, dtype=float), float(STARVED_SLOWDOWN))
+        return cls._product_vec(V, peers[:, None, :], compute_s, iso_s)
+
+    def _tables(self, summaries: Sequence[RackSummary], info: Dict[str, Tuple[float, float]],
+                peers: Dict[Tuple[str, int], int]) -> "_Tables":
+        """One round's lookups for ``_views`` by column id, built once for all the jobs of
+        the round instead of once per job: each summary's cross ids, each job's (compute,
+        iso) (0.0 where no rack reported it) and, per rack, whether a job meets rack-local
+        jobs there (False where that rack did not report it).  Every id a round's summaries
+        name is below the tables' length."""
+        index = self.index
+        xid = {(js.job, s.rack): index.of(js.cross) for s in summaries for js in s.jobs}
+        cols = [index.id(j) for j in info]
+        n = len(index.ids)
+        ci = np.zeros((n, 2))
+        if info:
+            ci[cols] = list(info.values())
+        met: Dict[int, np.ndarray] = {s.rack: np.zeros(n, dtype=bool) for s in summaries}
+        for (j, r), p in peers.items():
+            met[r][index.ids[j]] = p > 0
+        return _Tables(xid, ci, met)
+
     @staticmethod
-    def _views(entries: List[JobSummary], racks: Sequence[int],
-               info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]):
+    def _views(entries: List[JobSummary], ids: List[np.ndarray],
+               ci: Optional[np.ndarray] = None, met: Optional[List[np.ndarray]] = None):
         """The other rack-spanning jobs reported with a job's options, as arrays: their
         slowdowns racks x options x jobs (NaN where a rack did not report one), whether they
-        meet rack-local jobs there (racks x 1 x jobs), their compute and isolated times."""
-        cols: Dict[str, int] = {}
-        ks: List[int] = []          # per reported (rack, other job): the rack's row,
-        cs: List[int] = []          # the job's column
-        met: List[bool] = []        # and whether it meets rack-local jobs there
-        for k, (r, e) in enumerate(zip(racks, entries)):
-            for m in e.cross:
-                ks.append(k)
-                cs.append(cols.setdefault(m, len(cols)))
-                met.append(peers.get((m, r), 0) > 0)
+        meet rack-local jobs there (racks x jobs), their compute and isolated times.
+        ``ids``: each entry's ``cross`` as column ids (``CrossIndex``); ``ci``: (compute,
+        iso) by id; ``met``: per entry, by id, whether a job meets rack-local jobs in the
+        entry's rack (``_tables``; None: zeros, False).  The jobs' columns are in the order
+        they are first named (entries in order), so the sums over them keep their order."""
         O = len(entries[0].options)
+        g = np.concatenate(ids) if ids else np.zeros(0, dtype=np.intp)
+        if not len(g):
+            return (np.full((len(entries), O, 0), np.nan), np.zeros((len(entries), 0), dtype=bool),
+                    np.zeros(0), np.zeros(0))
+        ks = np.repeat(np.arange(len(entries)), [len(i) for i in ids])
+        u, first, inv = np.unique(g, return_index=True, return_inverse=True)
+        order = np.argsort(first)            # first-named first
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        cs = rank[inv.reshape(-1)]
+        cols = u[order]
         V = np.full((len(entries), O, len(cols)), np.nan)
-        P = np.zeros((len(entries), 1, len(cols)), dtype=bool)
-        if ks:
-            V[ks, :, cs] = np.hstack([e.cross_costs for e in entries if e.cross]).T
-            P[ks, 0, cs] = met
-        ci = np.array([info.get(m, (0.0, 0.0)) for m in cols]).reshape(len(cols), 2)
-        return V, P, ci[:, 0], ci[:, 1]
+        P = np.zeros((len(entries), len(cols)), dtype=bool)
+        V[ks, :, cs] = np.hstack([e.cross_costs for e, i in zip(entries, ids) if len(i)]).T
+        if met is not None:
+            P[ks, cs] = np.concatenate([m[i] for m, i in zip(met, ids)])
+        if ci is None:
+            return V, P, np.zeros(len(cols)), np.zeros(len(cols))
+        return V, P, ci[cols, 0], ci[cols, 1]
 
-    def _totals_product(self, entries: List[JobSummary], racks: Sequence[int],
-                        info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]
+    def _totals_product(self, entries: List[JobSummary], racks: Sequence[int], tab: "_Tables"
                         ) -> List[float]:
         """Like ``_totals_max`` but a rack-spanning job's slowdown compounds over its racks
-        (``_product``) instead of being its worst rack's; every option at once (numpy)."""
+        (``_product``) instead of being its worst rack's; every option at once
+        (``_product_cols``)."""
         me = entries[0]
         cm = [e.costs() for e in entries]
         own = np.array([c[:, 0] for c in cm])                                     # racks x O
         tot = np.array([c[:, 1] for c in cm]).sum(axis=0)
         mp = np.array([e.local_peers > 0 for e in entries])[:, None]
-        tot = tot + self._product_vec(own, mp, me.compute_s, me.iso_s)
-        V, P, c, iso = self._views(entries, racks, info, peers)
+        tot = tot + self._product_cols(own[:, :, None], mp, np.array([float(me.compute_s)]),
+                                       np.array([float(me.iso_s)]))[:, 0]
+        ids = [tab.xid[(e.job, r)] for r, e in zip(racks, entries)]
+        V, P, c, iso = self._views(entries, ids, tab.ci, [tab.met[r] for r in racks])
         if V.shape[2]:
-            tot = tot + self._product_vec(V, P, c, iso).sum(axis=1)
+            tot = tot + self._product_cols(V, P, c, iso).sum(axis=1)
         return tot.tolist()
 
     def _totals_max(self, entries: List[JobSummary]) -> List[float]:
@@ -112,7 +185,7 @@ class GlobalCoordinator:
         cm = [e.costs() for e in entries]
         own = np.array([c[:, 0] for c in cm])
         tot = np.array([c[:, 1] for c in cm]).sum(axis=0)
-        V, _, _, _ = self._views(entries, list(range(len(entries))), {}, {})
+        V, _, _, _ = self._views(entries, [self.index.of(e.cross) for e in entries])
         if self.compound == "sum":   # excess delays add up along the job's racks
             tot = tot + 1.0 + (own - 1.0).sum(axis=0)
             tot = tot + (1.0 + np.nansum(V - 1.0, axis=0)).sum(axis=1)
@@ -247,20 +320,20 @@ class GlobalCoordinator:
                 per_job.setdefault(js.job, []).append((s.rack, js))
                 info[js.job] = (js.compute_s, js.iso_s)
                 peers[(js.job, s.rack)] = js.local_peers
+        tab = self._tables(summaries, info, peers) if self.compound == "product" else None
         if current is None or warm:
             self.job_racks = {j: [r for r, _ in lst] for j, lst in per_job.items()}
         if current is None:
-            return CoordinatorMessage(epoch, rnd, self._pick(per_job, list(per_job), info, peers))
+            return CoordinatorMessage(epoch, rnd, self._pick(per_job, list(per_job), tab))
         fresh: List[str] = []
         if warm:
             fresh = [j for j in per_job if j not in current]
         if fresh:
-            current.update({a.job: a for a in self._pick(per_job, fresh, info, peers)})
-        return self._descent(per_job, info, peers, current, set(fresh), epoch, rnd)
+            current.update({a.job: a for a in self._pick(per_job, fresh, tab)})
+        return self._descent(per_job, tab, current, set(fresh), epoch, rnd)
 
     def _pick(self, per_job: Dict[str, List[Tuple[int, JobSummary]]], jobs: Sequence[str],
-              info: Dict[str, Tuple[float, float]], peers: Dict[Tuple[str, int], int]
-              ) -> List[Assignment]:
+              tab: "_Tables") -> List[Assignment]:
         """Round 1: least summed cost; near-ties go to the least loaded spine (this is how
         the spine links are shared among the rack-spanning demand)."""
         out: List[Assignment] = []
@@ -269,7 +342,7 @@ class GlobalCoordinator:
         for j in order:
             entries = [e for _, e in per_job[j]]
             racks = [r for r, _ in per_job[j]]
-            tot = self._totals(entries, racks, info, peers)
+            tot = self._totals(entries, racks, tab)
             lo = min(tot)
             cands = [i for i, v in enumerate(tot) if v <= lo + self.tol * max(1.0, abs(lo))]
             opts = entries[0].options
@@ -294,7 +367,7 @@ class GlobalCoordinator:
             out.append(Assignment(j, o.priority, o.spine, o.cap, o.shift))
         return out
 
-    def _descent(self, per_job, info, peers, current: Dict[str, Assignment], skip: set,
+    def _descent(self, per_job, tab, current: Dict[str, Assignment], skip: set,
                  epoch: int, rnd: int) -> CoordinatorMessage:
         """Later rounds: block coordinate descent around the consistent assignment; at most
         one job moves per rack per round, so every accepted move's summed cost is exact in
@@ -305,7 +378,7 @@ class GlobalCoordinator:
             if j in skip:
                 continue
             entries = [e for _, e in lst]
-            tot = self._totals(entries, [r for r, _ in lst], info, peers)
+            tot = self._totals(entries, [r for r, _ in lst], tab)
             cur_i = entries[0].preferred
             best_i = min(range(len(tot)), key=lambda i: (tot[i], i != cur_i))
             gain = tot[cur_i] - tot[best_i]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -93,8 +93,9 @@ def _pack(m: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(m, dtype="<f8").tobytes()).decode("ascii")
 
 
-def _unpack(s: str, cols: int) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(s), dtype="<f8").reshape(-1, cols)
+def _unpack(s: str) -> np.ndarray:
+    """``_pack``'s values, flat (read-only, on the decoded bytes)."""
+    return np.frombuffer(base64.b64decode(s), dtype="<f8")
 
 
 @dataclass
@@ -108,35 +109,48 @@ class RackSummary:
     local_jobs: int                # rack-local jobs (never described to the Coordinator)
 
     def to_json(self) -> str:
-        """Compact wire form: per job, its options as rows ``[priority, spine, cap, shift]`` and
-        their costs as one matrix (``JobSummary.costs``: own, local_others, each ``cross``
-        job's slowdown), packed as little-endian float64 in base64 (exact, and no float
-        formatting: at 2,048 fragmented GPUs a round carries ~200,000 costs)."""
-        jobs = []
-        for j in self.jobs:
-            jobs.append({"job": j.job, "preferred": j.preferred, "uplink_gbps": j.uplink_gbps,
-                         "compute_s": j.compute_s, "iso_s": j.iso_s,
-                         "local_peers": j.local_peers, "cross": j.cross,
-                         "options": (j.options.packed if isinstance(j.options, OptionList)
-                                     and j.options.packed is not None else pack_options(
-                                         (o.priority, o.spine, o.cap, o.shift) for o in j.options)),
-                         "costs": _pack(j.costs())})
-        return json.dumps({"rack": self.rack, "epoch": self.epoch, "round": self.round,
-                           "uplink_demand_gbps": self.uplink_demand_gbps,
-                           "local_jobs": self.local_jobs, "jobs": jobs})
+        """Compact wire form, one column per field of the jobs (``jobs``: their names; no
+        object per job to build and parse): each job's options as packed rows
+        (``pack_options``) and its costs as one matrix (``JobSummary.costs``: own,
+        local_others, each ``cross`` job's slowdown), every job's matrix in one block,
+        row-major and in job order, of little-endian float64 in base64 (``rows``: each
+        matrix's rows; exact, and no float formatting: at 2,048 fragmented GPUs a round
+        carries ~200,000 costs)."""
+        js = self.jobs
+        mats = [j.costs() for j in js]
+        head = json.dumps({
+            "rack": self.rack, "epoch": self.epoch, "round": self.round,
+            "uplink_demand_gbps": self.uplink_demand_gbps, "local_jobs": self.local_jobs,
+            "jobs": [j.job for j in js], "preferred": [j.preferred for j in js],
+            "uplink_gbps": [j.uplink_gbps for j in js], "compute_s": [j.compute_s for j in js],
+            "iso_s": [j.iso_s for j in js], "local_peers": [j.local_peers for j in js],
+            "cross": [j.cross for j in js],
+            "options": [j.options.packed if isinstance(j.options, OptionList)
+                        and j.options.packed is not None else pack_options(
+                            (o.priority, o.spine, o.cap, o.shift) for o in j.options)
+                        for j in js],
+            "rows": [len(m) for m in mats]})
+        # the costs last, spliced in: exactly what json.dumps would write (base64 needs no
+        # escaping), without its scan of the block (most of the message)
+        costs = _pack(np.concatenate([m.ravel() for m in mats]) if mats else np.zeros(0))
+        return f'{head[:-1]}, "costs": "{costs}"}}'
 
     @classmethod
     def from_json(cls, s: str) -> "RackSummary":
         d = json.loads(s)
+        flat = _unpack(d["costs"])
         jobs = []
-        for j in d["jobs"]:
-            cross = j["cross"]
-            m = _unpack(j["costs"], 2 + len(cross))
-            jobs.append(JobSummary(j["job"], j["preferred"], OptionList(None, m, j["options"]),
-                                   j["uplink_gbps"], j["compute_s"], j["iso_s"],
-                                   j["local_peers"], cross, m[:, 2:], m))
-        d["jobs"] = jobs
-        return cls(**d)
+        k = 0
+        for job, pref, up, comp, iso, peers, cross, opts, rows in zip(
+                d["jobs"], d["preferred"], d["uplink_gbps"], d["compute_s"], d["iso_s"],
+                d["local_peers"], d["cross"], d["options"], d["rows"]):
+            cols = 2 + len(cross)
+            m = flat[k:k + rows * cols].reshape(rows, cols)
+            k += rows * cols
+            jobs.append(JobSummary(job, pref, OptionList(None, m, opts), up, comp, iso, peers,
+                                   cross, m[:, 2:], m))
+        return cls(d["rack"], d["epoch"], d["round"], jobs, d["uplink_demand_gbps"],
+                   d["local_jobs"])
 
 
 @dataclass
@@ -168,15 +182,20 @@ class CoordinatorMessage:
     joint: List[int] = field(default_factory=list)   # joint stage: the component's racks
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        """Assignments, ghosts and proposals as rows of their fields (``_row``): no
+        ``asdict`` deep copy, no key per field."""
+        return json.dumps({"epoch": self.epoch, "round": self.round,
+                           "assignments": _assignment_rows(self.assignments),
+                           "probe": self.probe, "ghosts": [_row(g) for g in self.ghosts],
+                           "proposals": [_proposal_row(p) for p in self.proposals],
+                           "accepted": self.accepted, "joint": self.joint})
 
     @classmethod
     def from_json(cls, s: str) -> "CoordinatorMessage":
         d = json.loads(s)
-        d["assignments"] = [Assignment(**a) for a in d["assignments"]]
-        d["ghosts"] = [GhostJob(**g) for g in d.get("ghosts", [])]
-        d["proposals"] = [_proposal(p) for p in d.get("proposals", [])]
-        return cls(**d)
+        return cls(d["epoch"], d["round"], [Assignment(*a) for a in d["assignments"]],
+                   d["probe"], [GhostJob(*g) for g in d["ghosts"]],
+                   [_proposal(p) for p in d["proposals"]], d["accepted"], d["joint"])
 
 
 @dataclass
@@ -241,17 +260,39 @@ class ProposalReport:
     costs: Dict[str, List[ViewCost]] = field(default_factory=dict)   # [before, after]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        """Like ``CoordinatorMessage.to_json``: rows of fields, no ``asdict``."""
+        return json.dumps({"rack": self.rack, "epoch": self.epoch, "round": self.round,
+                           "boundary": [_row(g) for g in self.boundary],
+                           "proposals": [_proposal_row(p) for p in self.proposals],
+                           "costs": {k: [[v.local, v.cross] for v in vs]
+                                     for k, vs in self.costs.items()}})
 
     @classmethod
     def from_json(cls, s: str) -> "ProposalReport":
         d = json.loads(s)
-        d["boundary"] = [GhostJob(**g) for g in d["boundary"]]
-        d["proposals"] = [_proposal(p) for p in d["proposals"]]
-        d["costs"] = {k: [ViewCost(**x) for x in v] for k, v in d["costs"].items()}
-        return cls(**d)
+        return cls(d["rack"], d["epoch"], d["round"], [GhostJob(*g) for g in d["boundary"]],
+                   [_proposal(p) for p in d["proposals"]],
+                   {k: [ViewCost(*x) for x in v] for k, v in d["costs"].items()})
 
 
-def _proposal(p: dict) -> Proposal:
-    return Proposal(p["rack"], p["index"], [Assignment(**a) for a in p["assignments"]],
-                    [tuple(g) for g in p["ghosts"]])
+def _row(x) -> list:
+    """A flat dataclass (``Assignment``, ``GhostJob``) on the wire: its fields in order
+    (``type(x)(*row)`` builds it back)."""
+    return [getattr(x, f) for f in _FIELDS[type(x)]]
+
+
+_FIELDS = {c: tuple(f.name for f in fields(c)) for c in (Assignment, GhostJob)}
+
+
+def _assignment_rows(assignments: Sequence[Assignment]) -> list:
+    """``_row`` of each assignment, the fields written out (a round's message carries one
+    per rack-spanning job)."""
+    return [[a.job, a.priority, a.spine, a.cap, a.shift] for a in assignments]
+
+
+def _proposal_row(p: Proposal) -> list:
+    return [p.rack, p.index, _assignment_rows(p.assignments), p.ghosts]
+
+
+def _proposal(p: list) -> Proposal:
+    return Proposal(p[0], p[1], [Assignment(*a) for a in p[2]], [tuple(g) for g in p[3]])

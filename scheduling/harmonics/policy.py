@@ -12,9 +12,11 @@ from ..common import Opt, has_comm, make_decision, potential_links
 from ..evaluate import Evaluator
 from ..links import link_capacities
 from ..model import ContentionModel
+from .compoundkernel import warm_up as compound_warm_up
 from .proxykernel import warm_up as proxy_warm_up
 from .params import DEFAULT, HarmonicsConfig
-from .coordinator import GlobalCoordinator
+from .classrules import class_limits
+from .coordinator import CrossIndex, GlobalCoordinator
 from .joint import JointOffer
 from .local import LocalScheduler
 from .messages import Assignment, CoordinatorMessage, ProposalReport
@@ -27,12 +29,14 @@ class HarmonicsPolicy(Policy):
         """``config`` (default: ``HarmonicsConfig()``) with ``settings`` replacing some of its
         fields (``get_policy("harmonics", shift_phases=1)``)."""
         self.config = replace(config or DEFAULT, **settings)
-        proxy_warm_up()     # the compiled proxy, loaded before any decision
+        proxy_warm_up()     # the compiled proxy and compounding, loaded before any decision
+        compound_warm_up()
         self._joint_cache: Dict[tuple, object] = {}
         self._links_cache: Dict[tuple, tuple] = {}   # (job, inputs) -> (has traffic, links)
         self._usage: Dict[tuple, tuple] = {}    # the model's link usage, kept across epochs
         self._usage_cap = None                  # ... of the cluster with these capacities
         self._stores: Dict[int, dict] = {}      # rack -> its job views (RackView._store)
+        self._index = CrossIndex()              # the Coordinator's column ids, across epochs
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
         self.stats: Dict[str, float] = {}
         self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
@@ -129,70 +133,6 @@ class HarmonicsPolicy(Policy):
         phase(lambda L: L.adopt_fair(), comp)
         self.guarded_components += 1
         return True
-
-    def _short_jobs(self, model, names, pot) -> frozenset:
-        """The short-job rule (``config.short_top``): the jobs whose isolated iteration is
-        shorter than ``short_top`` times the longest isolated communication time of the jobs
-        they may share a link with.  Below such a neighbour, strict priority blocks a job
-        for a whole burst of it, longer than the job's own iteration: the model's steady
-        state charges the mean, the tail (p99) pays the burst."""
-        f = self.config.short_top
-        if f <= 0:
-            return frozenset()
-        on: Dict[int, List[str]] = {}
-        for n in names:
-            for l in pot[n]:
-                on.setdefault(l, []).append(n)
-        longest: Dict[int, Tuple[float, float]] = {}     # link -> the two longest comm times
-        for l, js in on.items():
-            ts = sorted((model.iso_comm(n) for n in js), reverse=True)
-            longest[l] = (ts[0], ts[1] if len(ts) > 1 else 0.0)
-        out = set()
-        for n in names:
-            mine = model.iso_comm(n)
-            # the longest neighbour on a link: the top one, or the second if n is the top
-            nb = max((b if a == mine else a for a, b in (longest[l] for l in pot[n])),
-                     default=0.0)
-            if model.iso_iter(n) < f * nb:
-                out.add(n)
-        return frozenset(out)
-
-    def _wide_low(self, model, names, pot) -> frozenset:
-        """The wide-order rule (``config.wide_order``): the wide jobs whose isolated iteration
-        is longer than ``wide_order`` times the shortest isolated iteration among the wide jobs
-        they may share a link with.  Fair sharing stretches a short wide job the most: each
-        of its many racks may hold it up, and it waits for the slowest; above a long
-        neighbour it runs near its isolated pace, while the long one loses only the short
-        one's bursts, a small part of its own long iteration (docs/harmonics.md)."""
-        f = self.config.wide_order
-        if f <= 0:
-            return frozenset()
-        wide = [n for n in names if self.config.is_wide(len(model.jobs[model.index[n]].racks))]
-        shortest: Dict[int, float] = {}        # link -> shortest isolated iteration on it
-        for n in wide:
-            t = model.iso_iter(n)
-            for l in pot[n]:
-                shortest[l] = min(shortest.get(l, math.inf), t)
-        return frozenset(n for n in wide if model.iso_iter(n)
-                         > f * min((shortest[l] for l in pot[n]), default=math.inf))
-
-    def _class_limits(self, model, names, pot, K: int) -> Tuple[Dict[str, range], int, int]:
-        """The classes the rules leave a job (``RackView.classes``; a job not in the map: every
-        class, or class 0 for a wide job): class 0 for a short job; class 1 for a wide job
-        the wide-order rule places below, and classes 1..K-1 for the narrow jobs that may
-        share a link with one (above it they would hold it up on its racks as the wide
-        rule's class-0 jobs would).  Also the numbers of short and of lowered wide jobs."""
-        top = self._short_jobs(model, names, pot)
-        low = self._wide_low(model, names, pot) - top
-        limits: Dict[str, range] = {}
-        if low:
-            under = set().union(*[pot[n] for n in low])
-            limits = {n: range(1, K) for n in names if n not in top and n not in low
-                      and not self.config.is_wide(len(model.jobs[model.index[n]].racks))
-                      and not under.isdisjoint(pot[n])}
-            limits.update({n: range(1, 2) for n in low})
-        limits.update({n: range(1) for n in top})
-        return limits, len(top), len(low)
 
     def _racks(self, state, model, K: int, names, pot, prev, jfp, limits) -> tuple:
         """The Local Schedulers of this epoch (rack -> scheduler), each rack's inputs and how
@@ -418,6 +358,13 @@ class HarmonicsPolicy(Policy):
         self.messages.append(s)
         return type(msg).from_json(s)
 
+    def _coordinator(self, cl) -> GlobalCoordinator:
+        """This epoch's Coordinator, with the column ids kept across epochs (a fresh set
+        beyond ``store_limit`` lists)."""
+        if len(self._index.lists) > self.store_limit:
+            self._index = CrossIndex()
+        return GlobalCoordinator(cl.spec.spines, compound=self.config.compound, index=self._index)
+
     def _model(self, state: ClusterState) -> ContentionModel:
         """This epoch's model: the evaluator and the link usages kept across the epochs of
         one cluster (``incremental``; the racks' job views are dropped with them)."""
@@ -461,7 +408,7 @@ class HarmonicsPolicy(Policy):
                               and self._prev[0] == (model.ev.cap, K)) else None
         jfp = {j.name: self._job_fp(j) for j in state.jobs}
         names, pot = self._traffic(state, model, jfp, fresh=prev is None)
-        limits, n_short, n_low = self._class_limits(model, names, pot, K)
+        limits, n_short, n_low = class_limits(self.config, model, names, pot, K)
         if limits:    # a job's classes under the rules are one of its inputs (rack reuse)
             jfp = {k: v + ((limits[k].start, limits[k].stop) if k in limits else None,)
                    for k, v in jfp.items()}
@@ -471,7 +418,7 @@ class HarmonicsPolicy(Policy):
         carried = news = False
         if warm:
             prev, movable, news, carried = self._warm_start(model, names, locs, fps, prev)
-        coord = GlobalCoordinator(cl.spec.spines, compound=self.config.compound)
+        coord = self._coordinator(cl)
         epoch = state.epoch
         crit = 0.0     # critical path if racks ran in parallel: max over racks per phase (CPU)
         t_setup = time.thread_time() - t_start

@@ -20,6 +20,10 @@ def _with_priority(b: SimJob, prio: int, shift_s: float = 0.0) -> SimJob:
     return SimJob(b.compute_s, b.links, b.B, b.bmax, prio, b.lam_max, shift_s)
 
 
+# the store's entry numbering the traffic signatures of its keys (``RackView._stored``)
+_TRAFFIC_IDS = ("traffic ids",)
+
+
 class RackView:
     """One rack's links, its jobs and its view of the model (model or closed-form proxy)."""
 
@@ -66,6 +70,8 @@ class RackView:
         self.assign: Dict[str, Opt] = {}
         self._summaries: Dict[tuple, RackSummary] = {}
         self._opt_rows: Dict[str, tuple] = {}  # a job's options: summary rows, wire form
+        self._summary_cols: Dict[str, tuple] = {}   # a job's columns in its group's slowdowns
+        self._inputs: Dict[str, tuple] = {}         # a job's inputs in the store's keys
         self._demand: Dict[tuple, float] = {}   # (job, spine) -> its ToR-spine demand here
         self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
         self._solved: Dict[tuple, Dict[str, Opt]] = {}           # (group, fixed) -> solution
@@ -98,7 +104,7 @@ class RackView:
 
     def classes(self, n: str, model: Optional[ContentionModel] = None) -> range:
         """The classes job n is offered: the epoch's rules first (``limits``: the short-job
-        and wide-order rules, ``HarmonicsPolicy._class_limits``), else only the highest (0)
+        and wide-order rules, ``classrules.class_limits``), else only the highest (0)
         for a *wide* job, one spanning more than ``config.wide_span`` racks (the wide-job
         rule, docs/harmonics.md): it crosses many racks' uplinks, so any class below the top
         makes it the straggler of every one of them; else all K.  ``model``: this epoch's
@@ -131,12 +137,31 @@ class RackView:
     # -- the rack's view of the model ----------------------------------------
     def _stored(self, kind: str, n: str, o: Opt):
         """The key of n's view under o's path choice in the rack's store (its exact inputs:
-        traffic, compute and isolated time), or None without a store."""
+        traffic, compute and isolated time), or None without a store.  The inputs are n's
+        for the view's life (its model is the one it was built with): formed once per job,
+        the traffic signature (every host and pair: hashing it was most of a look-up's
+        cost) as its number in the store's table (``_TRAFFIC_IDS``, as long as the store)."""
         if self._store is None:
             return None
-        js = self.model.jobs[self.model.index[n]]
-        return (kind, n, self.model.traffic_sig(n), js.compute_s, self.iso[n], n in self._cross_set,
-                o.spine, o.cap)
+        k = self._inputs.get(n)
+        if k is None:
+            js = self.model.jobs[self.model.index[n]]
+            k = self._inputs[n] = (self._traffic_id(n), js.compute_s, self.iso[n],
+                                   n in self._cross_set)
+        return (kind, n, k, o.spine, o.cap)
+
+    def _traffic_id(self, n: str) -> int:
+        """n's traffic signature's number in the store's table: signature -> number, and
+        per job the last signature numbered (the model's own object: the racks of one epoch
+        share it, so most look-ups are by identity, without hashing the signature)."""
+        sig = self.model.traffic_sig(n)
+        ids, last = self._store.setdefault(_TRAFFIC_IDS, ({}, {}))
+        hit = last.get(n)
+        if hit is not None and hit[0] is sig:
+            return hit[1]
+        i = ids.setdefault(sig, len(ids))
+        last[n] = (sig, i)
+        return i
 
     def _sim(self, n: str, o: Opt) -> SimJob:
         key = (n, o.spine, o.cap)

@@ -356,9 +356,12 @@ class LocalSearch(RackView):
         slowdowns of its group ``g`` under each (``rows``: options x jobs of g): its own, the
         rack-local jobs' sum, each other rack-spanning job's (``JobSummary.cross_costs``)."""
         sd = np.asarray(rows, dtype=float).reshape(len(opts), len(g))
-        pos = list(g).index(n)
-        loc = [i for i, m in enumerate(g) if m not in self._cross_set]
-        crs = [i for i, m in enumerate(g) if m != n and m in self._cross_set]
+        cols = self._summary_cols.get(n)
+        if cols is None:    # g is always n's group (fixed for the view's life)
+            cols = self._summary_cols[n] = (
+                list(g).index(n), [i for i, m in enumerate(g) if m not in self._cross_set],
+                [i for i, m in enumerate(g) if m != n and m in self._cross_set])
+        pos, loc, crs = cols
         m = np.empty((len(opts), 2 + len(crs)))      # JobSummary.costs()
         m[:, 0] = sd[:, pos]
         m[:, 1] = sd[:, loc].sum(axis=1) if loc else 0.0
@@ -382,7 +385,9 @@ class LocalSearch(RackView):
         rack-spanning jobs only (an incremental epoch's movable jobs)."""
         a = dict(self.solve() if around is None else {n: around[n] for n in self.jobs})
         self.assign = a
-        cross = self.cross if only is None else [n for n in self.cross if n in set(only)]
+        if only is not None:
+            only = set(only)
+        cross = self.cross if only is None else [n for n in self.cross if n in only]
         key = (tuple(a[n] for n in self.jobs), None if only is None else tuple(cross))
         hit = self._summaries.get(key)
         if hit is not None:       # nothing on this rack changed since that summary
