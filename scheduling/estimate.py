@@ -105,19 +105,12 @@ def estimate_job(series: Mapping[Tuple[str, str], Sequence[float]], bin_s: float
     if not series:
         return JobEstimate(None, 0.0, {}, None, 0.0)
     m = _pair_matrix(series)
-    if isinstance(m, np.ndarray):
-        # the total: the series added one after the other onto zeros, as an accumulation
-        # (a sum over axis 0 may add them in another order); each row's sum along the row is
-        # the np.sum of that series (the same pairwise sum)
-        n = m.shape[1]
-        total = np.add.accumulate(np.vstack([np.zeros((1, n)), m]), axis=0)[-1]
-        sums = m.sum(axis=1).tolist()
-    else:
-        n = max(len(a) for a in m)
-        total = np.zeros(n)
-        for a in m:
-            total[:len(a)] += a
-        sums = [float(np.sum(a)) for a in m]
+    n = max(len(a) for a in m)
+    total = np.zeros(n)
+    for a in m:                     # the series added one after the other, in order
+        total[:len(a)] += a
+    # each pair's bytes: a row's sum along the row is the np.sum of that series
+    sums = m.sum(axis=1).tolist() if isinstance(m, np.ndarray) else [float(np.sum(a)) for a in m]
     epoch = n * bin_s
     peak = float(total.max()) if n else 0.0
     active = float(np.mean(total > active_threshold * peak)) if peak > 0 else 0.0
