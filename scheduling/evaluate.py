@@ -4,7 +4,9 @@ independent groups (no shared link) and caches them under a canonical key, so re
 sub-problems (same shapes in many racks) cost one evaluation."""
 from __future__ import annotations
 
+import itertools
 import os
+from collections import Counter
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .fluid import INF, SimJob, _simulate_py, isolated_sim_time
@@ -81,13 +83,6 @@ def connected_groups(items: Sequence, links_of) -> List[list]:
     """Items that share a link, transitively (union-find); ``links_of(item)`` gives its links.
     Groups keep the items' order."""
     parent = {it: it for it in items}
-
-    def find(a):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
     owner: Dict = {}
     for it in items:
         for l in links_of(it):
@@ -95,22 +90,42 @@ def connected_groups(items: Sequence, links_of) -> List[list]:
             if o is None:
                 owner[l] = it
             else:
-                ra, rb = find(o), find(it)
+                ra, rb = _root(parent, o), _root(parent, it)
                 if ra != rb:
                     parent[ra] = rb
     groups: Dict = {}
     for it in items:
-        groups.setdefault(find(it), []).append(it)
+        groups.setdefault(_root(parent, it), []).append(it)
     return list(groups.values())
 
 
+def _root(parent, a):
+    """Union-find's root of ``a`` (``parent``: a dict or a list), halving the path."""
+    while parent[a] != a:
+        parent[a] = parent[parent[a]]
+        a = parent[a]
+    return a
+
+
 def _components(jobs: Sequence[SimJob]) -> List[List[int]]:
-    return connected_groups(range(len(jobs)), lambda j: jobs[j].links)
+    """``connected_groups`` of the jobs' indices by their links (the same union-find on a
+    list: the same groups in the same order)."""
+    parent = list(range(len(jobs)))
+    owner: Dict = {}
+    for j, jb in enumerate(jobs):
+        for l in jb.links:
+            o = owner.setdefault(l, j)
+            if o != j:
+                ra, rb = _root(parent, o), _root(parent, j)
+                if ra != rb:
+                    parent[ra] = rb
+    groups: Dict[int, List[int]] = {}
+    for j in range(len(jobs)):
+        groups.setdefault(_root(parent, j), []).append(j)
+    return list(groups.values())
 
 
-def _job_sig(jb: SimJob, cap: Mapping) -> tuple:
-    return (jb.compute_s, jb.priority, jb.lam_max, jb.shift_s, jb.bmax,
-            tuple(sorted((b, cap[l]) for l, b in zip(jb.links, jb.B))))
+EXACT_LIMIT = 100_000      # ``Evaluator.exact`` entries kept at most (then a fresh one)
 
 
 class Evaluator:
@@ -125,30 +140,54 @@ class Evaluator:
         self.cache: Dict[tuple, Tuple[float, ...]] = {}
         self.evaluations = 0       # simulations actually run
         self.lookups = 0
+        # components as given (every field, links by key, in order) -> their times: what the
+        # canonical key gives them (its results never change), without forming it again
+        self.exact: Dict[tuple, Tuple[float, ...]] = {}
 
     def _component(self, comp: List[SimJob], budget: float = 1.0) -> List[float]:
         self.lookups += 1
         if len(comp) == 1:
             jb = comp[0]
             return [isolated_sim_time(jb, self.cap)]
+        ekey = (budget,) + tuple([(jb.compute_s, jb.priority, jb.lam_max, jb.shift_s, jb.bmax,
+                                   jb.links, jb.B) for jb in comp])
+        hit = self.exact.get(ekey)
+        if hit is not None:
+            return list(hit)
+        out = self._canonical(comp, budget)
+        if len(self.exact) >= EXACT_LIMIT:
+            self.exact.clear()
+        self.exact[ekey] = tuple(out)
+        return out
+
+    def _canonical(self, comp: List[SimJob], budget: float) -> List[float]:
+        """``_component`` of several jobs by the canonical key: classes as dense ranks, jobs
+        and links in a canonical order, links relabelled."""
         # strict priority depends only on the relative order of the classes: dense ranks
         ranks = {p: r for r, p in enumerate(sorted({jb.priority for jb in comp}))}
         comp = [jb if ranks[jb.priority] == jb.priority else
                 SimJob(jb.compute_s, jb.links, jb.B, jb.bmax, ranks[jb.priority], jb.lam_max, jb.shift_s)
                 for jb in comp]
-        order = sorted(range(len(comp)), key=lambda i: _job_sig(comp[i], self.cap))
+        cap = self.cap
+        # each job's links in the order of (bytes, capacity, name), ties in zip order: the
+        # relabelling's order, and on (bytes, capacity) the sorted pairs of its signature
+        # (the jobs' order: compute, class, bound, shift, bmax, those pairs)
+        srt = [sorted([(b, cap[l], str(l), k, l) for k, (l, b) in enumerate(zip(jb.links, jb.B))])
+               for jb in comp]
+        sigs = [(jb.compute_s, jb.priority, jb.lam_max, jb.shift_s, jb.bmax,
+                 tuple([(x[0], x[1]) for x in ls])) for jb, ls in zip(comp, srt)]
+        order = sorted(range(len(comp)), key=sigs.__getitem__)
         relabel: Dict = {}
         parts = []
         for i in order:
-            jb = comp[i]
-            ls = sorted(zip(jb.links, jb.B), key=lambda lb: (lb[1], self.cap[lb[0]], str(lb[0])))
             items = []
-            for l, b in ls:
-                if l not in relabel:
-                    relabel[l] = len(relabel)
-                items.append((relabel[l], b))
-            parts.append((jb.compute_s, jb.priority, jb.lam_max, jb.shift_s, jb.bmax, tuple(items)))
-        capsig = tuple(self.cap[l] for l, _ in sorted(relabel.items(), key=lambda kv: kv[1]))
+            for x in srt[i]:
+                r = relabel.get(x[4])
+                if r is None:
+                    r = relabel[x[4]] = len(relabel)
+                items.append((r, x[0]))
+            parts.append(sigs[i][:5] + (tuple(items),))
+        capsig = tuple([cap[l] for l in relabel])     # in label order (insertion order)
         key = (tuple(parts), capsig, budget)
         res = self.cache.get(key)
         if res is None:
@@ -179,15 +218,8 @@ class Evaluator:
 def prune_private_links(jobs: Sequence[SimJob], cap: Mapping) -> List[SimJob]:
     """Links used by one job only are a fixed bound on its rate: fold them into lam_max and
     drop them (exact; fewer links, more cache hits)."""
-    seen: set = set()
-    dup: set = set()
-    for jb in jobs:
-        for l in jb.links:
-            if l in seen:
-                dup.add(l)
-            else:
-                seen.add(l)
-    private = seen - dup
+    uses = Counter(itertools.chain.from_iterable([jb.links for jb in jobs]))
+    private = {l for l, c in uses.items() if c == 1}
     if not private:
         return list(jobs)
     out = []

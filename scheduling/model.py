@@ -18,6 +18,10 @@ from .fluid import BYTES_PER_GBIT, INF, STARVED_SLOWDOWN, SimJob
 from .links import job_link_bytes, link_capacities
 
 
+# the shared usage cache's entry numbering the traffic signatures (``traffic_ids``)
+_TRAFFIC_IDS = ("traffic ids",)
+
+
 class ContentionModel:
     """The model bound to one ClusterState: link usage per job and path choice (cached),
     decisions -> SimJobs -> predicted iteration times.  Policies build one per decide()."""
@@ -29,6 +33,8 @@ class ContentionModel:
         self.state = state
         self._shared = usage_cache
         self._sig: Dict[str, tuple] = {}
+        self._tid: Dict[str, int] = {}          # job -> ``traffic_id``
+        self._tids: Optional[dict] = None       # ``traffic_ids``
         self.cluster = state.cluster
         self.cap = link_capacities(self.cluster)
         self.ev = evaluator or Evaluator(self.cap)
@@ -65,6 +71,25 @@ class ContentionModel:
             js = self.jobs[self.index[name]]
             sig = self._sig[name] = (tuple(js.hosts), tuple(sorted(js.pair_bytes.items())))
         return sig
+
+    def traffic_ids(self) -> Optional[dict]:
+        """The shared usage cache's numbering of traffic signatures (``traffic_id``), or None
+        without a shared cache."""
+        if self._tids is None and self._shared is not None:
+            self._tids = self._shared.setdefault(_TRAFFIC_IDS, {})
+        return self._tids
+
+    def traffic_id(self, name: str) -> Optional[int]:
+        """A job's traffic signature as its number in ``traffic_ids`` (the same number for the
+        same signature as long as the shared cache lives), formed once per job; None without
+        a shared cache."""
+        i = self._tid.get(name)
+        if i is None:
+            ids = self.traffic_ids()
+            if ids is None:
+                return None
+            i = self._tid[name] = ids.setdefault(self.traffic_sig(name), len(ids))
+        return i
 
     def iso_comm(self, name: str) -> float:
         v = self._iso_comm.get(name)

@@ -64,7 +64,7 @@ def run_one(gpus: int, iterations: int, policy: str, placement: str, seed: int,
             "engine_s": st["wall_s"], "events": st["events"], "rate_updates": st["rate_updates"],
             "events_per_s": st["events"] / st["wall_s"] if st["wall_s"] > 0 else float("nan"),
             "epochs": st["epochs"], "sim_time_s": st["sim_time_s"],
-            "decision_cpu_s": st["decision_total_s"],
+            "decision_cpu_s": st["decision_total_s"], "rate_update_cpu_s": st["rate_update_s"],
             "jobs_finished": st["jobs_finished"],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
@@ -87,7 +87,8 @@ def headroom(seed: int, timeout: float) -> int:
         return 1
     r = json.loads(p.stdout.strip().splitlines()[-1])
     print(f"16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: {r['wall_s']:.2f} s "
-          f"(cpu {r['cpu_s']:.2f} s, of which the policy's decisions {r['decision_cpu_s']:.2f} s; "
+          f"(cpu {r['cpu_s']:.2f} s, of which the policy's decisions {r['decision_cpu_s']:.2f} s, "
+          f"the rate updates {r['rate_update_cpu_s']:.2f} s; "
           f"generate {r['generate_s']:.2f} s, {r['events']} events, "
           f"{r['rate_updates']} rate updates, {r['epochs']} epochs, "
           f"peak RSS {r['peak_rss_mb']:.0f} MB)")

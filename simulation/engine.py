@@ -114,6 +114,7 @@ class Engine(FlowRates, PolicyControl):
         self.seq = 0
         self.events = 0
         self.rate_updates = 0
+        self.rate_update_s = 0.0                 # their CPU time (thread time)
         # outputs
         self.bins: Dict[int, np.ndarray] = {}
         self.epoch_rows: List[dict] = []
@@ -278,11 +279,7 @@ class Engine(FlowRates, PolicyControl):
             self._advance(t_next)
             # flow groups that finished
             if t_fluid <= t_next:
-                idx = self.active_idx
-                tol = 1e-9 * self.total[idx] + 1e-6
-                fin = idx[self.rem[idx] <= tol]
-                if fslot >= 0 and fslot not in set(fin.tolist()):
-                    fin = np.append(fin, fslot)
+                fin = self._finished(fslot)
                 colls_done = []
                 for s in sorted(fin.tolist()):
                     e = self._remove_entity(s)

@@ -23,6 +23,9 @@ class _EntityTemplate:
     intra: List[Tuple[str, int]]                 # same-host flows per host
     bytes: float                                 # per flow
 
+    def __post_init__(self):
+        self.nflows = sum(c for _, c in self.pairs)   # network flows, for the job's rate
+
 
 @dataclass
 class _Step:

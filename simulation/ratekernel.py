@@ -1,6 +1,7 @@
 """Compiled (numba) per-event passes of the engine's rate state (``simulation.rates``), for
 large runs: the incremental assembly of the incidence, the links' load and the jobs' rates
-after an allocation, the next completion and the progress between events.
+after an allocation, a whole incremental rate update in one call (``incremental``), the
+completions, the next completion and the progress between events.
 
 Each is the numpy code it replaces, loop for loop: integer bookkeeping (exact), and float
 sums accumulated from 0 in entry order as ``np.bincount`` does, products and quotients taken
@@ -13,7 +14,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .updatekernel import first_fill_level, fixed_mask, hi_residual
+from .wfkernel import fill_free
+
 _INF = np.inf
+
+# ``incremental``'s outcomes
+DONE, EMPTY, FULL = 0, 1, 2
 
 
 @njit(cache=True)
@@ -35,16 +42,12 @@ def assemble(p_idx, p_rows, p_cols, p_vals, alive, ns, slot_len, new_cols, new_v
             n_keep += 1
         else:
             pos[i] = -1
-    nz_keep = 0
-    for j in range(len(p_rows)):
-        if pos[p_rows[j]] >= 0:
-            nz_keep += 1
     n_new = len(ns)
-    nz = nz_keep + len(new_cols)
+    cap = len(p_rows) + len(new_cols)        # room for every entry; trimmed below
     idx = np.empty(n_keep + n_new, dtype=p_idx.dtype)
-    rows = np.empty(nz, dtype=np.int64)
-    cols = np.empty(nz, dtype=p_cols.dtype)
-    vals = np.empty(nz, dtype=p_vals.dtype)
+    rows = np.empty(cap, dtype=np.int64)
+    cols = np.empty(cap, dtype=p_cols.dtype)
+    vals = np.empty(cap, dtype=p_vals.dtype)
     for i in range(npv):
         if pos[i] >= 0:
             idx[pos[i]] = p_idx[i]
@@ -56,6 +59,7 @@ def assemble(p_idx, p_rows, p_cols, p_vals, alive, ns, slot_len, new_cols, new_v
             cols[q] = p_cols[j]
             vals[q] = p_vals[j]
             q += 1
+    nz_keep = q
     for t in range(n_new):
         idx[n_keep + t] = ns[t]
         for _ in range(slot_len[ns[t]]):
@@ -64,7 +68,7 @@ def assemble(p_idx, p_rows, p_cols, p_vals, alive, ns, slot_len, new_cols, new_v
     for t in range(len(new_cols)):
         cols[nz_keep + t] = new_cols[t]
         vals[nz_keep + t] = new_vals[t]
-    return idx, rows, cols, vals
+    return idx, rows[:q], cols[:q], vals[:q]
 
 
 @njit(cache=True)
@@ -110,8 +114,105 @@ def next_completion(idx, rate, rem):
 
 
 @njit(cache=True)
-def advance(idx, rate, rem, dt):
-    """Every active entity's remaining bytes after ``dt`` at its rate."""
+def advance(idx, rate, rem, dt, job_cum, job_rate, polling):
+    """Every active entity's remaining bytes after ``dt`` at its rate, and, when
+    ``polling``, every job's bytes so far (``job_cum += job_rate * dt``)."""
     for i in range(len(idx)):
         s = idx[i]
         rem[s] = rem[s] - rate[s] * dt
+    if polling:
+        for j in range(len(job_cum)):
+            job_cum[j] = job_cum[j] + job_rate[j] * dt
+
+
+@njit(cache=True)
+def add_load(acc, load, seg):
+    """A time bin's link bytes: ``acc += load * seg``."""
+    for k in range(len(acc)):
+        acc[k] = acc[k] + load[k] * seg
+
+
+@njit(cache=True)
+def finished(idx, rem, total, fslot):
+    """The active slots whose flow groups are done (``rem <= 1e-9 * total + 1e-6``, in
+    ``idx`` order), with ``fslot`` (the next completion found before the advance) added at
+    the end if it is not among them, as ``Engine.run``'s numpy test."""
+    n = 0
+    out = np.empty(len(idx) + 1, dtype=np.int64)
+    seen = False
+    for i in range(len(idx)):
+        s = idx[i]
+        if rem[s] <= 1e-9 * total[s] + 1e-6:
+            out[n] = s
+            n += 1
+            if s == fslot:
+                seen = True
+    if fslot >= 0 and not seen:
+        out[n] = fslot
+        n += 1
+    return out[:n]
+
+
+@njit(cache=True)
+def incremental(p_idx, p_rows, p_cols, p_vals, alive, ns, slot_len, new_cols, new_vals, rate,
+                slot_job, job_cls, capacity, rem_rate, rem_cls, nflows, n_jobs, n_links, polling):
+    """One incremental rate update in a single call: ``assemble``, then
+    ``waterfill.waterfill_update``'s compiled steps (the new entities are the slots ``ns``,
+    at the end; ``rem_rate`` / ``rem_cls``: the entities gone since the last allocation),
+    then ``after_fill``.  Returns (idx, rows, cols, vals, outcome, load, job_rate):
+    outcome ``EMPTY`` (no entity left) or ``FULL`` (the update does not apply: the caller
+    fills from scratch) leave ``rate`` untouched and the last two empty."""
+    idx, rows, cols, vals = assemble(p_idx, p_rows, p_cols, p_vals, alive, ns, slot_len,
+                                     new_cols, new_vals)
+    n = len(idx)
+    if n == 0:
+        return idx, rows, cols, vals, EMPTY, np.zeros(0), np.zeros(0)
+    # update_prelude's checks, in the same pass that reads the classes and previous rates;
+    # every entity has an entry here (the kept ones keep all theirs, a new slot has
+    # slot_len >= 1: an entity off the network is never added), so only finiteness is checked
+    cls = np.empty(n, dtype=np.int64)
+    prev = np.empty(n)
+    is_new = np.zeros(n, dtype=np.bool_)
+    c_new = -1
+    ok = True
+    n_old = n - len(ns)
+    for e in range(n):
+        s = idx[e]
+        c = job_cls[slot_job[s]]
+        cls[e] = c
+        if e >= n_old:
+            is_new[e] = True
+            prev[e] = 0.0
+            if c_new < 0 or c < c_new:
+                c_new = c
+        else:
+            x = rate[s]
+            prev[e] = x
+            if not np.isfinite(x):
+                ok = False
+    if len(rem_cls) == 0 and c_new < 0:
+        r = prev.copy()
+    elif not ok:
+        return idx, rows, cols, vals, FULL, np.zeros(0), np.zeros(0)
+    else:
+        c0 = c_new
+        for c in rem_cls:
+            if c0 < 0 or c < c0:
+                c0 = c
+        lam = _INF
+        for i in range(len(rem_cls)):
+            if rem_cls[i] == c0 and rem_rate[i] < lam:
+                lam = rem_rate[i]
+        if c_new == c0:
+            res_hi = hi_residual(capacity, cls, rows, cols, vals, prev, c0)
+            x = first_fill_level(rows, cols, vals, res_hi, prev, cls, c0, is_new)
+            if x < lam:
+                lam = x
+        fixed, any_fixed = fixed_mask(cls, is_new, prev, c0, lam * (1.0 - 1e-12))
+        if not any_fixed:
+            return idx, rows, cols, vals, FULL, np.zeros(0), np.zeros(0)
+        r = np.zeros(n)
+        fill_free(r, cls, rows, cols, vals, capacity, prev, fixed)
+    load, job_rate = after_fill(r, idx, rows, cols, vals, n_links, rate, slot_job, nflows,
+                                n_jobs, polling)
+    return idx, rows, cols, vals, DONE, load, job_rate

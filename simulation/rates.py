@@ -5,6 +5,7 @@ arrays it uses."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -126,7 +127,7 @@ class FlowRates:
         self.rem[s] = tpl.bytes
         self.total[s] = tpl.bytes
         self.rate[s] = 0.0
-        self.nflows[s] = sum(c for _, c in tpl.pairs)
+        self.nflows[s] = tpl.nflows
         self.slot_job[s] = job.idx
         self.slot_len[s] = len(cols)
         self.alive[s] = True
@@ -165,6 +166,13 @@ class FlowRates:
 
     # -- rates -------------------------------------------------------------
     def _recompute(self):
+        """The rates after what changed since the last allocation (its CPU time counted in
+        ``rate_update_s``)."""
+        t0 = time.thread_time()
+        self._reallocate()
+        self.rate_update_s += time.thread_time() - t0
+
+    def _reallocate(self):
         self.rate_updates += 1
         full = self.full_recompute
         added, removed = self.added_slots, self.removed_changes
@@ -191,14 +199,37 @@ class FlowRates:
             new_sl = sorted(added)
             n_new = len(new_sl)
             if len(p_rows) >= _wf.KERNEL_MIN_NNZ:
-                ns = np.array(new_sl, dtype=np.int64)
-                nc = np.concatenate([ec[s] for s in new_sl]) if n_new else p_cols[:0]
-                nv = np.concatenate([ev[s] for s in new_sl]) if n_new else p_vals[:0]
-                idx, rows, cols, vals = _ratekernel().assemble(
-                    p_idx, p_rows, p_cols, p_vals, self.alive, ns, self.slot_len, nc, nv)
-            else:
-                idx, rows, cols, vals = self._assemble_np(asm, new_sl)
+                self._update_compiled(asm, new_sl, removed)
+                return
+            idx, rows, cols, vals = self._assemble_np(asm, new_sl)
         self._allocate(full, idx, rows, cols, vals, n_new, removed)
+
+    def _update_compiled(self, asm, new_sl, removed):
+        """The incremental update of a large run in one compiled call
+        (``ratekernel.incremental``: the same steps as ``_assemble_np``, ``_allocate`` and
+        ``waterfill_update``, bit for bit); ``_allocate`` where it does not apply."""
+        ec, ev = self.ent_cols, self.ent_vals
+        p_idx, p_rows, p_cols, p_vals = asm
+        ns = np.array(new_sl, dtype=np.int64)
+        nc = np.concatenate([ec[s] for s in new_sl]) if new_sl else p_cols[:0]
+        nv = np.concatenate([ev[s] for s in new_sl]) if new_sl else p_vals[:0]
+        rk = _ratekernel()
+        idx, rows, cols, vals, outcome, load, job_rate = rk.incremental(
+            p_idx, p_rows, p_cols, p_vals, self.alive, ns, self.slot_len, nc, nv, self.rate,
+            self.slot_job, self.job_cls, self.capacity,
+            np.array([r for r, _ in removed], dtype=float),
+            np.array([c for _, c in removed], dtype=np.int64),
+            self.nflows, len(self.jobs), self.L, self.polling)
+        if outcome != rk.DONE:
+            self._allocate(False, idx, rows, cols, vals, len(new_sl), removed)
+            return
+        self.incremental_updates += 1
+        self.active_idx = idx
+        self._asm = (idx, rows, cols, vals)
+        self.load = load
+        if self.polling:
+            self.job_rate = job_rate
+        self.dirty = False
 
     def _assemble_np(self, asm, new_sl):
         """The previous incidence minus the entities gone, plus the new ones at the end
@@ -265,6 +296,18 @@ class FlowRates:
             self.job_rate = np.bincount(jix, weights=r * self.nflows[idx], minlength=len(self.jobs))
         self.dirty = False
 
+    def _finished(self, fslot: int) -> np.ndarray:
+        """The active slots whose flow groups are done at ``now`` (within a relative 1e-9 and
+        1e-6 bytes), and ``fslot``, the completion the loop advanced to, in any case."""
+        idx = self.active_idx
+        if self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ:
+            return _ratekernel().finished(idx, self.rem, self.total, fslot)
+        tol = 1e-9 * self.total[idx] + 1e-6
+        fin = idx[self.rem[idx] <= tol]
+        if fslot >= 0 and fslot not in set(fin.tolist()):
+            fin = np.append(fin, fslot)
+        return fin
+
     def _next_completion(self) -> Tuple[float, int]:
         idx = self.active_idx
         if len(idx) == 0:
@@ -288,10 +331,10 @@ class FlowRates:
         if dt <= 0:
             return
         idx = self.active_idx
-        if len(idx) and self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ:
-            _ratekernel().advance(idx, self.rate, self.rem, dt)
-            if self.polling:
-                self.job_cum += self.job_rate * dt
+        big = self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ
+        if len(idx) and big:
+            _ratekernel().advance(idx, self.rate, self.rem, dt, self.job_cum, self.job_rate,
+                                  self.polling)
         elif len(idx):
             self.rem[idx] -= self.rate[idx] * dt
             if self.polling:
@@ -306,7 +349,10 @@ class FlowRates:
                     acc = self.bins.get(b0)
                     if acc is None:
                         acc = self.bins[b0] = np.zeros(self.L)
-                    acc += self.load * seg
+                    if big:
+                        _ratekernel().add_load(acc, self.load, seg)
+                    else:
+                        acc += self.load * seg
                 if t <= bend:
                     break
                 t0 = bend

@@ -61,6 +61,7 @@ def build_result(rs, name: str, eng, iso: Dict[str, float], cfg) -> SimResult:
                               "capacity_gbps": l.gbps, "mean_gbps": gbps,
                               "utilisation": gbps / l.gbps})
     stats = {"events": eng.events, "rate_updates": eng.rate_updates,
+             "rate_update_s": eng.rate_update_s,
              "incremental_updates": eng.incremental_updates,
              "wall_s": eng.wall_s, "sim_time_s": eng.now, "epochs": eng.epoch_no,
              "timeouts": eng.timeouts, "decision_total_s": eng.decision_total_s,

@@ -71,18 +71,26 @@ def _index(rows, cols, sel, ent_map, con_map):
         le[j] = ent_map[rows[i]]
         lc[j] = con_map[cols[i]]
     # entries grouped by entity (CSR), keeping their order
-    ecount = np.zeros(ne + 1, dtype=np.int64)
-    for j in range(ns):
-        ecount[le[j] + 1] += 1
-    for k in range(ne):
-        ecount[k + 1] += ecount[k]
-    epos = ecount[:ne].copy()
-    eent = np.empty(ns, dtype=np.int64)
-    for j in range(ns):
-        e = le[j]
-        eent[epos[e]] = j
-        epos[e] += 1
+    ecount, eent = _grouped(le, np.arange(ns), ne)
     return uents, ucons, le, lc, ecount, eent
+
+
+@njit(cache=True)
+def _grouped(keys, items, n):
+    """``items`` grouped by their ``keys`` (0..n-1), in their order within a key: key k's
+    are ``out[start[k]:start[k + 1]]`` (CSR); returns (start, out)."""
+    start = np.zeros(n + 1, dtype=np.int64)
+    for j in range(len(keys)):
+        start[keys[j] + 1] += 1
+    for k in range(n):
+        start[k + 1] += start[k]
+    pos = start[:n].copy()
+    out = np.empty(len(keys), dtype=np.int64)
+    for j in range(len(keys)):
+        k = keys[j]
+        out[pos[k]] = items[j]
+        pos[k] += 1
+    return start, out
 
 
 @njit(cache=True)
@@ -194,9 +202,9 @@ def _fill_one(rates, rows, cols, vals, sel, base, ent_map, con_map):
 def _index_sorted(rows, cols, sel, con_map):
     """``_index`` for entries grouped by entity in increasing order (rows non-decreasing
     along ``sel``), in one pass: entities numbered in that order (the same numbering as
-    ``_index``), their entries contiguous (``eent`` the identity); constraints numbered in
-    order of first appearance (their order changes no sum: every per-constraint quantity is
-    computed on its own).  Leaves ``con_map`` set."""
+    ``_index``), their entries contiguous (entity ``e``'s are ``ecount[e]:ecount[e+1]``);
+    constraints numbered in order of first appearance (their order changes no sum: every
+    per-constraint quantity is computed on its own).  Leaves ``con_map`` set."""
     ns = len(sel)
     le = np.empty(ns, dtype=np.int64)
     lc = np.empty(ns, dtype=np.int64)
@@ -224,7 +232,7 @@ def _index_sorted(rows, cols, sel, con_map):
             kc += 1
         lc[j] = k
     ecount[ne] = ns
-    return uents[:ne].copy(), ucons[:kc].copy(), le, lc, ecount[:ne + 1].copy(), np.arange(ns)
+    return uents[:ne].copy(), ucons[:kc].copy(), le, lc, ecount[:ne + 1].copy()
 
 
 @njit(cache=True)
@@ -249,17 +257,37 @@ def _finish(rates, vals, sel, base, ent_map, con_map, uents, ucons, le, lc, rate
 
 
 @njit(cache=True)
+def _smallest_level(cb, w, F, ucons):
+    """The stall guard's constraint, as ``_fill_one``'s: every level recomputed, the smallest,
+    then the smallest constraint id."""
+    kc = len(cb)
+    for k in range(kc):
+        F[k] = cb[k] / w[k]
+    best = 0
+    for k in range(kc):
+        if F[k] < F[best] or (F[k] == F[best] and ucons[k] < ucons[best]):
+            best = k
+    return best
+
+
+@njit(cache=True)
 def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
     """``_fill_one`` when the entries ``sel`` are grouped by entity in increasing entity order
     (rows non-decreasing along ``sel``, as the engine assembles them): entity-major order is
     then entry order, so every per-constraint sum adds the same terms in the same order.
     A round visits only the entities still unfrozen and the constraints still live
-    (a constraint, once dead, has level inf and no unfrozen entity for good)."""
-    uents, ucons, le, lc, ecount, eent = _index_sorted(rows, cols, sel, con_map)
+    (a constraint, once dead, has level inf and no unfrozen entity for good); the newly
+    frozen entities are found from the local constraints' entity lists (a constraint is
+    local once at most: it dies then, so these lists are read once per fill in all)."""
+    uents, ucons, le, lc, ecount = _index_sorted(rows, cols, sel, con_map)
     ns = len(sel)
     ne = len(uents)
     kc = len(ucons)
     cb, w = _capacities(base, vals, sel, ucons, lc)
+    lv = np.empty(ns)
+    for j in range(ns):
+        lv[j] = vals[sel[j]]
+    ccount, cent = _grouped(lc, le, kc)         # the entities of each constraint
     F = np.empty(kc)
     live = np.empty(kc, dtype=np.int64)
     nlive = 0
@@ -274,6 +302,7 @@ def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
     act = np.arange(ne)
     nact = ne
     newl = np.empty(ne, dtype=np.int64)
+    hit = np.zeros(ne, dtype=np.bool_)
     rate = np.zeros(ne)
     m = np.empty(ne)
     cmin = np.empty(kc)
@@ -287,14 +316,16 @@ def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
             cmin[k] = _INF
         for a in range(nact):
             e = act[a]
+            q0 = ecount[e]
+            q1 = ecount[e + 1]
             mm = _INF
-            for q in range(ecount[e], ecount[e + 1]):
-                f = F[lc[eent[q]]]
+            for q in range(q0, q1):
+                f = F[lc[q]]
                 if f < mm:
                     mm = f
             m[e] = mm
-            for q in range(ecount[e], ecount[e + 1]):
-                k = lc[eent[q]]
+            for q in range(q0, q1):
+                k = lc[q]
                 if mm < cmin[k]:
                     cmin[k] = mm
         anyl = False
@@ -305,25 +336,19 @@ def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
             local[k] = loc
             if loc:
                 anyl = True
-        if not anyl:                       # cannot happen; guard against a stall (as _fill_one:
-            for k in range(kc):            # the smallest level, then the smallest constraint id)
-                F[k] = cb[k] / w[k]
-            best = 0
-            for k in range(kc):
-                if F[k] < F[best] or (F[k] == F[best] and ucons[k] < ucons[best]):
-                    best = k
-            local[best] = True
-            guard = best
+        if not anyl:                       # cannot happen; guard against a stall
+            guard = _smallest_level(cb, w, F, ucons)
+            local[guard] = True
+        for t in range(nlive):
+            k = live[t]
+            if local[k]:
+                for q in range(ccount[k], ccount[k + 1]):
+                    hit[cent[q]] = True
         nnew = 0
         na = 0
         for a in range(nact):
             e = act[a]
-            hit = False
-            for q in range(ecount[e], ecount[e + 1]):
-                if local[lc[eent[q]]]:
-                    hit = True
-                    break
-            if hit:
+            if hit[e]:
                 rate[e] = m[e]
                 newl[nnew] = e
                 nnew += 1
@@ -339,12 +364,12 @@ def _fill_one_sorted(rates, rows, cols, vals, sel, base, ent_map, con_map):
             sr[k] = 0.0
         for b in range(nnew):
             e = newl[b]
+            re = rate[e]
             for q in range(ecount[e], ecount[e + 1]):
-                j = eent[q]
-                k = lc[j]
-                v = vals[sel[j]]
+                k = lc[q]
+                v = lv[q]
                 sw[k] += v
-                sr[k] += v * rate[e]
+                sr[k] += v * re
         nl = 0
         for t in range(nlive):
             k = live[t]
@@ -406,49 +431,66 @@ def fill_classes(rates, ent_cls, rows, cols, vals, residual):
 def fill_free(rates, ent_cls, rows, cols, vals, capacity, prev, fixed):
     """``waterfill_update``'s last step: the ``fixed`` entities keep ``prev``; the others get
     the max-min allocation of what the fixed ones leave (``capacity`` minus their load, summed
-    in entry order, clipped at 0), class by class, as ``waterfill`` on that sub-problem."""
+    in entry order, clipped at 0), class by class, as ``waterfill`` on that sub-problem.
+    One pass over the entries sums the fixed load and lists the free entries; a counting
+    sort groups those by class, keeping their order."""
     nz = len(rows)
-    residual = np.empty(len(capacity))
-    s = np.zeros(len(capacity))
+    nk = len(capacity)
+    s = np.zeros(nk)
+    free_rows = np.empty(nz, dtype=np.int64)
+    nfree = 0
+    srt = True
+    last = -1
+    cmax = -1
     for i in range(nz):
-        if fixed[rows[i]]:
-            s[cols[i]] += prev[rows[i]] * vals[i]
-    for k in range(len(capacity)):
+        r = rows[i]
+        if r < last:
+            srt = False
+        last = r
+        if fixed[r]:
+            s[cols[i]] += prev[r] * vals[i]
+        else:
+            free_rows[nfree] = i
+            nfree += 1
+            if ent_cls[r] > cmax:
+                cmax = ent_cls[r]
+    residual = np.empty(nk)
+    for k in range(nk):
         c = capacity[k] - s[k]
         residual[k] = c if c > 0.0 else 0.0
     for e in range(len(rates)):
         if fixed[e]:
             rates[e] = prev[e]
-    nfree = 0
-    for i in range(nz):
-        if not fixed[rows[i]]:
-            nfree += 1
     if nfree == 0:
         return
-    free_rows = np.empty(nfree, dtype=np.int64)
-    j = 0
-    for i in range(nz):
-        if not fixed[rows[i]]:
-            free_rows[j] = i
-            j += 1
-    ecls = np.empty(nfree, dtype=np.int64)
+    start = np.zeros(cmax + 2, dtype=np.int64)      # class c's free entries: start[c]:start[c+1]
     for j in range(nfree):
-        ecls[j] = ent_cls[rows[free_rows[j]]]
-    ucls = np.unique(ecls)
+        start[ent_cls[rows[free_rows[j]]] + 1] += 1
+    ncls = 0
+    for c in range(cmax + 1):
+        if start[c + 1] > 0:
+            ncls += 1
+        start[c + 1] += start[c]
+    bycls = free_rows[:nfree]
+    if ncls > 1:
+        bycls = np.empty(nfree, dtype=np.int64)
+        pos = start[:cmax + 1].copy()
+        for j in range(nfree):
+            i = free_rows[j]
+            c = ent_cls[rows[i]]
+            bycls[pos[c]] = i
+            pos[c] += 1
     ent_map = np.full(len(rates), -1, dtype=np.int64)
-    con_map = np.full(len(capacity), -1, dtype=np.int64)
-    srt = _rows_sorted(rows)
-    for t in range(len(ucls)):
-        if len(ucls) == 1:
-            sel = free_rows
-        else:
-            sel = free_rows[ecls == ucls[t]]
+    con_map = np.full(nk, -1, dtype=np.int64)
+    for c in range(cmax + 1):
+        if start[c + 1] == start[c]:
+            continue
+        sel = bycls[start[c]:start[c + 1]]
         if srt:
             _fill_one_sorted(rates, rows, cols, vals, sel, residual, ent_map, con_map)
         else:
             _fill_one(rates, rows, cols, vals, sel, residual, ent_map, con_map)
-        if len(ucls) > 1:
-            for k in range(len(residual)):
+        if ncls > 1:
+            for k in range(nk):
                 if residual[k] < 0.0:
                     residual[k] = 0.0
-

@@ -181,3 +181,99 @@ def test_engine_kernel_passes_equal_numpy_passes(monkeypatch):
             mp.setattr(wf, "KERNEL_MIN_NNZ", 0)
             got = _engine_run(placement, policy)
         assert repr(got) == repr(ref)
+
+
+def test_fused_incremental_update_equals_numpy_steps(monkeypatch):
+    """``ratekernel.incremental`` (assembly, update and loads in one compiled call) against
+    the engine's numpy steps (``FlowRates._assemble_np``, the numpy ``waterfill_update``, the
+    loads by ``np.bincount``), bit for bit, on random sequences of departures and arrivals
+    (slots freed and reused in one step included), through all three outcomes."""
+    from types import SimpleNamespace
+
+    from simulation import ratekernel as rk
+    from simulation.rates import FlowRates
+    monkeypatch.setattr(wf, "KERNEL_MIN_NNZ", 10 ** 9)   # the reference: numpy throughout
+    rng = np.random.default_rng(23)
+    nslots, njobs = 48, 7
+    outcomes = set()
+    for trial in range(150):
+        k = int(rng.integers(3, 16))
+        n_links = k - 2                                  # the last two: rate caps
+        cap = rng.uniform(1.0, 10.0, k)
+        if trial % 3 == 0:
+            cap = np.round(cap)
+        job_cls = rng.integers(0, 1 if trial % 2 else 3, njobs).astype(np.int64)
+        st = SimpleNamespace(ent_cols=[None] * nslots, ent_vals=[None] * nslots,
+                             alive=np.zeros(nslots, dtype=bool),
+                             slot_len=np.zeros(nslots, dtype=np.int64))
+        slot_job = rng.integers(0, njobs, nslots).astype(np.int64)
+        nflows = rng.integers(1, 4, nslots).astype(float)
+        rate = np.zeros(nslots)
+
+        def add(s):
+            ks = np.sort(rng.choice(k, size=int(rng.integers(1, min(k, 4) + 1)), replace=False))
+            st.ent_cols[s] = ks.astype(np.int64)
+            st.ent_vals[s] = rng.integers(1, 4, len(ks)).astype(float)
+            st.slot_len[s] = len(ks)
+            st.alive[s] = True
+            rate[s] = 0.0
+
+        for s in rng.choice(nslots, size=int(rng.integers(2, 30)), replace=False):
+            add(int(s))
+        idx = np.flatnonzero(st.alive)
+        rows = np.repeat(np.arange(len(idx)), st.slot_len[idx])
+        cols = np.concatenate([st.ent_cols[s] for s in idx])
+        vals = np.concatenate([st.ent_vals[s] for s in idx])
+        rate[idx] = waterfill(len(idx), job_cls[slot_job[idx]], rows, cols, vals, cap)
+        asm = (idx, rows, cols, vals)
+        for step in range(6):
+            live = np.flatnonzero(st.alive)
+            removed, new = [], []
+            for s in rng.choice(live, size=min(len(live), int(rng.integers(0, 4))), replace=False):
+                removed.append((float(rate[s]), int(job_cls[slot_job[s]])))
+                st.alive[s] = False
+                rate[s] = 0.0
+            free = np.flatnonzero(~st.alive)
+            for s in rng.choice(free, size=min(len(free), int(rng.integers(0, 3))), replace=False):
+                add(int(s))
+                new.append(int(s))
+            if step == 5 and trial % 10 == 0:            # everything gone
+                removed += [(float(rate[s]), int(job_cls[slot_job[s]])) for s in np.flatnonzero(st.alive)]
+                st.alive[:] = False
+                new = []
+            new.sort()
+            ns = np.array(new, dtype=np.int64)
+            nc = np.concatenate([st.ent_cols[s] for s in new]) if new else asm[2][:0]
+            nv = np.concatenate([st.ent_vals[s] for s in new]) if new else asm[3][:0]
+            rate_got = rate.copy()
+            got = rk.incremental(*asm, st.alive, ns, st.slot_len, nc, nv, rate_got, slot_job,
+                                 job_cls, cap, np.array([r for r, _ in removed], dtype=float),
+                                 np.array([c for _, c in removed], dtype=np.int64), nflows,
+                                 njobs, n_links, True)
+            idx, rows, cols, vals = FlowRates._assemble_np(st, asm, new)
+            for a, b in zip(got[:4], (idx, rows, cols, vals)):
+                assert a.tobytes() == b.tobytes()
+            outcomes.add(got[4])
+            if len(idx) == 0:
+                assert got[4] == rk.EMPTY
+                break
+            classes = job_cls[slot_job[idx]]
+            is_new = np.zeros(len(idx), dtype=bool)
+            is_new[len(idx) - len(new):] = True
+            r = waterfill_update(len(idx), classes, rows, cols, vals, cap, rate[idx], is_new,
+                                 removed)
+            if got[4] == rk.FULL:                        # the caller fills from scratch
+                full = waterfill(len(idx), classes, rows, cols, vals, cap)
+                assert r.tobytes() == full.tobytes()
+                assert rate_got.tobytes() == rate.tobytes()
+            else:
+                rate[idx] = r
+                real = cols < n_links
+                load = np.bincount(cols[real], weights=r[rows[real]] * vals[real], minlength=n_links)
+                job_rate = np.bincount(slot_job[idx], weights=r * nflows[idx], minlength=njobs)
+                assert rate_got.tobytes() == rate.tobytes()
+                assert got[5].tobytes() == load.tobytes()
+                assert got[6].tobytes() == job_rate.tobytes()
+            rate[idx] = r
+            asm = (idx, rows, cols, vals)
+    assert outcomes == {rk.DONE, rk.EMPTY, rk.FULL}

@@ -8,8 +8,8 @@ import numpy as np
 
 from ..fluid import STARVED_SLOWDOWN
 from .compoundkernel import available as compound_jit_available, compound as compound_jit
-from .messages import (Assignment, CoordinatorMessage, GhostJob, JobSummary, Proposal,
-                       ProposalReport, RackSummary, ViewCost)
+from .messages import (Assignment, CoordinatorMessage, GhostJob, JobSummary, OptionList,
+                       Proposal, ProposalReport, RackSummary, ViewCost)
 
 
 class _Tables(NamedTuple):
@@ -36,7 +36,9 @@ class CrossIndex:
         key = tuple(cross)
         ids = self.lists.get(key)
         if ids is None:
-            ids = self.lists[key] = np.array([self.id(m) for m in cross], dtype=np.intp)
+            known = self.ids      # ``id`` of each, inline
+            ids = self.lists[key] = np.array([known.setdefault(m, len(known)) for m in cross],
+                                             dtype=np.intp)
         return ids
 
 
@@ -208,8 +210,10 @@ class GlobalCoordinator:
             if a is None:
                 continue
             opts = entries[0].options
-            i = next((k for k, o in enumerate(opts) if (o.priority, o.spine, o.cap, o.shift)
-                      == (a.priority, a.spine, a.cap, a.shift)), None)
+            row = (a.priority, a.spine, a.cap, a.shift)
+            i = (opts.find(row) if isinstance(opts, OptionList) else
+                 next((k for k, o in enumerate(opts) if (o.priority, o.spine, o.cap, o.shift)
+                       == row), None))
             if i is None:
                 continue
             v = self._product([(e.options[i].own, e.local_peers) for e in entries],

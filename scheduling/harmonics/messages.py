@@ -70,6 +70,16 @@ class OptionList(Sequence):
         p, sp, c, sh = self._rows[i]
         return OptionCost(p, sp, c, float(self._m[i, 0]), float(self._m[i, 1]), sh)
 
+    def find(self, row: tuple) -> Optional[int]:
+        """The index of the first option whose (priority, spine, cap, shift) equals ``row``,
+        or None (no ``OptionCost`` built on the way)."""
+        if self._rows is None:
+            self._rows = _unpack_options(self.packed)
+        for k in range(len(self)):
+            if self._rows[k] == row:
+                return k
+        return None
+
 
 def pack_options(rows) -> str:
     """Option rows on the wire, base64 of (priority, spine or -1 for ECMP, shift) per row as
@@ -81,6 +91,20 @@ def pack_options(rows) -> str:
 
 
 def _unpack_options(s: str) -> List[tuple]:
+    """``pack_options``'s rows (read-only: one list per distinct wire form, kept in
+    ``_UNPACKED``: the racks send the same few option lists again and again)."""
+    rows = _UNPACKED.get(s)
+    if rows is None:
+        if len(_UNPACKED) > 4096:
+            _UNPACKED.clear()
+        rows = _UNPACKED[s] = _decode_options(s)
+    return rows
+
+
+_UNPACKED: Dict[str, List[tuple]] = {}
+
+
+def _decode_options(s: str) -> List[tuple]:
     raw = base64.b64decode(s)
     n = len(raw) // 14
     ints = np.frombuffer(raw[:6 * n], dtype="<i2").reshape(n, 3).tolist()

@@ -37,6 +37,7 @@ class HarmonicsPolicy(Policy):
         self._usage_cap = None                  # ... of the cluster with these capacities
         self._stores: Dict[int, dict] = {}      # rack -> its job views (RackView._store)
         self._index = CrossIndex()              # the Coordinator's column ids, across epochs
+        self._jfps: Dict[str, tuple] = {}        # the last epoch's ``_job_fps``
         self._prev: Optional[tuple] = None   # (cap, K), rack -> (inputs, LocalScheduler), current
         self.stats: Dict[str, float] = {}
         self.messages: List[str] = []   # the last epoch's messages (JSON), for inspection
@@ -284,6 +285,25 @@ class HarmonicsPolicy(Policy):
         return CoordinatorMessage(epoch, rnd, list(new.values()), accepted=acc)
 
     @staticmethod
+    def _fingerprint_of(state: ClusterState, jfp: Dict[str, tuple]) -> tuple:
+        """``_fingerprint`` from the jobs' ``_job_fp`` (the same tuple: a job's entry is its
+        name and its ``_job_fp``)."""
+        return (state.num_classes, tuple(sorted((n,) + v for n, v in jfp.items())))
+
+    def _job_fps(self, state: ClusterState) -> Dict[str, tuple]:
+        """Every job's ``_job_fp``, as the last epoch's object where it is equal: the later
+        comparisons of fingerprints and of the racks' inputs then stop at identity instead of
+        walking every pair of every job (the values, hence every comparison, are the same)."""
+        last = self._jfps
+        out = {}
+        for j in state.jobs:
+            v = self._job_fp(j)
+            o = last.get(j.name)
+            out[j.name] = o if o is not None and o == v else v
+        self._jfps = out
+        return out
+
+    @staticmethod
     def _job_fp(j) -> tuple:
         """A job's inputs in the reuse fingerprint's 2% buckets."""
         def q(x):
@@ -318,12 +338,15 @@ class HarmonicsPolicy(Policy):
         return {**L.assign, **{n: cur[n] for n in L.cross if n in cur}}
 
     def decide(self, state: ClusterState) -> Decisions:
-        fp = self._fingerprint(state) if self.config.reuse else None
+        jfp = fp = None
+        if self.config.reuse:     # the fingerprint from the jobs' own (``_job_fps``)
+            jfp = self._job_fps(state)
+            fp = self._fingerprint_of(state, jfp)
         if (self.config.reuse and self._last is not None and self._last[0] == fp
                 and self._carry is None):
             self.stats = dict(self.stats, reused=1)
             return {k: Decision.from_dict(v.to_dict()) for k, v in self._last[1].items()}
-        out = self._decide(state)
+        out = self._decide(state, jfp)
         if self.config.reuse:
             self._last = (fp, out)
         return out
@@ -398,7 +421,8 @@ class HarmonicsPolicy(Policy):
                                    for j, a in prev[2].items() if j in cross_now})
         return prev, movable, news, carried
 
-    def _decide(self, state: ClusterState) -> Decisions:
+    def _decide(self, state: ClusterState, jfp: Optional[Dict[str, tuple]] = None) -> Decisions:
+        """One epoch's decisions; ``jfp``: the jobs' ``_job_fp`` if already formed."""
         t_start = time.thread_time()
         self.messages = []
         cl = state.cluster
@@ -406,7 +430,8 @@ class HarmonicsPolicy(Policy):
         model = self._model(state)
         prev = self._prev if (self.config.incremental and self._prev is not None
                               and self._prev[0] == (model.ev.cap, K)) else None
-        jfp = {j.name: self._job_fp(j) for j in state.jobs}
+        if jfp is None:
+            jfp = self._job_fps(state)
         names, pot = self._traffic(state, model, jfp, fresh=prev is None)
         limits, n_short, n_low = class_limits(self.config, model, names, pot, K)
         if limits:    # a job's classes under the rules are one of its inputs (rack reuse)

@@ -11,16 +11,18 @@ from ..base import ClusterState
 from ..common import Opt, interaction_groups, make_decision, path_options
 from ..fluid import STARVED_SLOWDOWN, SimJob, isolated_sim_time
 from ..model import ContentionModel
-from .proxykernel import available as proxy_jit_available, score as proxy_jit_score
+from .proxykernel import (available as proxy_jit_available, score_sparse as proxy_jit_score,
+                          sparsity)
 from .params import HarmonicsConfig
-from .messages import GhostJob, RackSummary
+from .messages import GhostJob, RackSummary, pack_options
 
 
 def _with_priority(b: SimJob, prio: int, shift_s: float = 0.0) -> SimJob:
     return SimJob(b.compute_s, b.links, b.B, b.bmax, prio, b.lam_max, shift_s)
 
 
-# the store's entry numbering the traffic signatures of its keys (``RackView._stored``)
+# the store's entry numbering the traffic signatures of its keys (``RackView._traffic_id``:
+# the model's table, or the store's own)
 _TRAFFIC_IDS = ("traffic ids",)
 
 
@@ -46,12 +48,7 @@ class RackView:
         self.cross = [n for n in self.jobs if model.jobs[model.index[n]].spans_racks]
         self._cross_set = set(self.cross)
         self.local = [n for n in self.jobs if n not in self._cross_set]
-        self.paths = {n: path_options(state, n, model, config.cap_fracs) for n in self.jobs}
-        if not config.cross_caps:   # caps only for rack-local jobs (see docs/harmonics.md)
-            self.paths = {n: ([(s, c) for s, c in p if c >= 1.0] if n in self._cross_set else p)
-                          for n, p in self.paths.items()}
-        self.options = {n: [Opt(k, s, c) for k in self.classes(n) for (s, c) in self.paths[n]]
-                        for n in self.jobs}
+        self._offer_paths(state)
         # the two links of each spine in this rack (uplink, downlink): spines whose links no
         # other job of the group uses are interchangeable in this rack's view
         cl = model.cluster
@@ -60,17 +57,19 @@ class RackView:
                             for s, sp in enumerate(cl.spines)}
         self.iso = {n: model.iso_iter(n) for n in self.jobs}
         self.span = {n: len(model.jobs[model.index[n]].racks) for n in self.jobs}
-        self.groups = interaction_groups(self.jobs, {n: pot[n] & rack_links for n in self.jobs})
-        self.group_of = {n: gi for gi, g in enumerate(self.groups) for n in g}
         mine = {n: pot[n] & rack_links for n in self.jobs}
+        self.groups = interaction_groups(self.jobs, mine)
+        self.group_of = {n: gi for gi, g in enumerate(self.groups) for n in g}
         self.local_peers = {n: sum(1 for m in self.local if not mine[n].isdisjoint(mine[m]))
                             for n in self.cross}
         self._base: Dict[Tuple[str, Optional[int], float], SimJob] = {}
+        self._sims: Dict[Tuple[str, Opt], SimJob] = {}
         self._links: Dict[Tuple[str, Optional[int], float], frozenset] = {}
         self.assign: Dict[str, Opt] = {}
         self._summaries: Dict[tuple, RackSummary] = {}
-        self._opt_rows: Dict[str, tuple] = {}  # a job's options: summary rows, wire form
-        self._summary_cols: Dict[str, tuple] = {}   # a job's columns in its group's slowdowns
+        # a job's (by name) and a group's (by index) columns in the group's slowdowns
+        self._summary_cols: Dict[object, tuple] = {}
+        self._updown: Optional[set] = None       # the rack's ToR-spine links (``summarise``)
         self._inputs: Dict[str, tuple] = {}         # a job's inputs in the store's keys
         self._demand: Dict[tuple, float] = {}   # (job, spine) -> its ToR-spine demand here
         self._memo: Dict[tuple, Dict[tuple, List[float]]] = {}   # group -> options -> slowdowns
@@ -80,11 +79,19 @@ class RackView:
         self.proxy_evals = 0
         self.proxy_batches = 0
         self._prows: Dict[tuple, tuple] = {}
+        self._rowblk: Dict[str, dict] = {}           # job -> its proxy rows by (spine, cap)
         self._garr: Dict[tuple, tuple] = {}
         self._gpos: Dict[tuple, Dict[str, int]] = {}
         self._gjit: Dict[tuple, tuple] = {}          # the compiled proxy's held assignments
-        self._pidx: Dict[tuple, int] = {}            # (job, spine, cap) -> row of the table
-        self._plist: List[tuple] = []
+        # the compiled proxy's table of proxy rows (u, t, floor): blocks of rows, each job's
+        # paths (``_prow_job``: job -> (first row, (spine, cap) -> row in its block)) and
+        # single rows (``_pidx``: (job, spine, cap) -> row)
+        self._pjob: Dict[str, tuple] = {}
+        self._pidx: Dict[tuple, int] = {}
+        self._pblocks: List[tuple] = []
+        self._prows_n = 0
+        self._marr: Dict[tuple, tuple] = {}          # moves' arrays by the caller's key
+        self._moves: Dict[tuple, list] = {}          # ``summarise``'s proxy moves
         self._ptab: Optional[tuple] = None
         self._lbs: Dict[tuple, float] = {}
         self.pruned = 0            # evaluations skipped by the lower bound (``_lb``)
@@ -101,6 +108,41 @@ class RackView:
         self._proposed: Dict[int, Dict[str, Opt]] = {}
         self._propcache: Dict[tuple, Optional[Tuple[Opt, ...]]] = {}
         self.halo_evals = 0
+
+    def _offer_paths(self, state: ClusterState) -> None:
+        """Each job's paths (spine, cap) and options (class x path).  The paths depend only on
+        whether the job spans racks (``path_options``): one list per kind, shared.  Jobs with
+        the same classes and paths share one options list, with its summary rows and wire
+        form (``_opt_rows``), kept in the store across epochs."""
+        kinds: Dict[bool, list] = {}
+        self.paths = {}
+        for n in self.jobs:
+            spans = n in self._cross_set
+            p = kinds.get(spans)
+            if p is None:
+                p = path_options(state, n, self.model, self.config.cap_fracs)
+                if spans and not self.config.cross_caps:   # caps only for rack-local jobs
+                    p = [(s, c) for s, c in p if c >= 1.0]     # (see docs/harmonics.md)
+                kinds[spans] = p
+            self.paths[n] = p
+        offers: Dict[tuple, tuple] = {}
+        self.options = {}
+        self._opt_rows: Dict[str, tuple] = {}  # a job's options: summary rows, wire form
+        for n in self.jobs:
+            r, p = self.classes(n), self.paths[n]
+            key = (r.start, r.stop, id(p))
+            hit = offers.get(key)
+            if hit is None:
+                skey = ("offer", r.start, r.stop, tuple(p))
+                hit = self._store.get(skey) if self._store is not None else None
+                if hit is None:
+                    opts = [Opt(k, s, c) for k in r for (s, c) in p]
+                    rows = [(o.priority, o.spine, o.cap, o.shift) for o in opts]
+                    hit = (opts, (rows, pack_options(rows)))
+                    if self._store is not None:
+                        self._store[skey] = hit
+                offers[key] = hit
+            self.options[n], self._opt_rows[n] = hit
 
     def classes(self, n: str, model: Optional[ContentionModel] = None) -> range:
         """The classes job n is offered: the epoch's rules first (``limits``: the short-job
@@ -143,17 +185,29 @@ class RackView:
         cost) as its number in the store's table (``_TRAFFIC_IDS``, as long as the store)."""
         if self._store is None:
             return None
+        return (kind, n, self._input_key(n), o.spine, o.cap)
+
+    def _input_key(self, n: str) -> tuple:
+        """n's inputs in the store's keys (``_stored``), formed once per job."""
         k = self._inputs.get(n)
         if k is None:
             js = self.model.jobs[self.model.index[n]]
             k = self._inputs[n] = (self._traffic_id(n), js.compute_s, self.iso[n],
                                    n in self._cross_set)
-        return (kind, n, k, o.spine, o.cap)
+        return k
 
     def _traffic_id(self, n: str) -> int:
-        """n's traffic signature's number in the store's table: signature -> number, and
-        per job the last signature numbered (the model's own object: the racks of one epoch
-        share it, so most look-ups are by identity, without hashing the signature)."""
+        """n's traffic signature's number: the model's (``traffic_id``, kept with its shared
+        usage cache: one hashing of a signature per epoch, not one per rack; a store numbered
+        against another table starts afresh), else the store's table: signature -> number,
+        and per job the last signature numbered (the model's own object: the racks of one
+        epoch share it, so most look-ups are by identity, without hashing the signature)."""
+        shared = self.model.traffic_ids()
+        if shared is not None:
+            if self._store.get(_TRAFFIC_IDS) is not shared:
+                self._store.clear()
+                self._store[_TRAFFIC_IDS] = shared
+            return self.model.traffic_id(n)
         sig = self.model.traffic_sig(n)
         ids, last = self._store.setdefault(_TRAFFIC_IDS, ({}, {}))
         hit = last.get(n)
@@ -164,6 +218,18 @@ class RackView:
         return i
 
     def _sim(self, n: str, o: Opt) -> SimJob:
+        """n's SimJob under o in this rack's view (SimJobs are never changed: one per option)."""
+        sj = self._sims.get((n, o))
+        if sj is None:
+            sj = self._sims[(n, o)] = self._sim_new(n, o)
+        return sj
+
+    def _sim_new(self, n: str, o: Opt) -> SimJob:
+        b = self._base_sim(n, o)
+        return _with_priority(b, o.priority, o.shift * self.iso[n] / self.G if o.shift else 0.0)
+
+    def _base_sim(self, n: str, o: Opt) -> SimJob:
+        """n's SimJob under o's path choice, class 0 and no shift (``_sim`` sets them)."""
         key = (n, o.spine, o.cap)
         b = self._base.get(key)
         if b is None:
@@ -175,7 +241,7 @@ class RackView:
                 if skey is not None:
                     self._store[skey] = b
             self._base[key] = b
-        return _with_priority(b, o.priority, o.shift * self.iso[n] / self.G if o.shift else 0.0)
+        return b
 
     def _lb(self, n: str, o: Opt) -> float:
         """A lower bound of n's slowdown under o in this rack's view, whatever the others do:
@@ -220,30 +286,39 @@ class RackView:
         floor = bmax / lam_max (caps and the global-pace floor).  The same SimJob as the model's."""
         key = (n, o.spine, o.cap)
         row = self._prows.get(key)
-        if row is None and self._store is not None:
-            row = self._store.get(self._stored("row", n, o))
-            if row is not None:
-                self._prows[key] = row
+        if row is not None:
+            return row
+        blk = self._row_block(n)
+        row = blk.get(key[1:])
         if row is None:
-            sj = self._sim(n, o)
-            cap = self.model.ev.cap
-            iso = self.iso[n]
-            L = len(self._lidx)
-            u = np.zeros(L)
-            t = np.zeros(L)
-            if iso > 0 and sj.bmax > 0:
-                for l, b in zip(sj.links, sj.B):
-                    i = self._lidx[l]
-                    t[i] = b / cap[l]
-                    u[i] = t[i] / iso
-                fl = sj.bmax / sj.lam_max if sj.lam_max < float("inf") else 0.0
-                row = (u, t, fl, sj.compute_s, iso)
-            else:
-                row = (u, t, -1.0, sj.compute_s, iso)     # no traffic here: slowdown 1
-            self._prows[key] = row
-            if self._store is not None:
-                self._store[self._stored("row", n, o)] = row
+            row = blk[key[1:]] = self._new_row(n, o)
+        self._prows[key] = row
         return row
+
+    def _row_block(self, n: str) -> dict:
+        """n's proxy rows by (spine, cap), kept in the store (one look-up per job)."""
+        blk = self._rowblk.get(n)
+        if blk is None:
+            blk = self._rowblk[n] = ({} if self._store is None else
+                                     self._store.setdefault(("rows", n, self._input_key(n)), {}))
+        return blk
+
+    def _new_row(self, n: str, o: Opt) -> tuple:
+        """``_proxy_row`` computed."""
+        sj = self._base_sim(n, o)      # (its class and shift play no part here)
+        cap = self.model.ev.cap
+        iso = self.iso[n]
+        L = len(self._lidx)
+        u = np.zeros(L)
+        t = np.zeros(L)
+        if iso > 0 and sj.bmax > 0:
+            for l, b in zip(sj.links, sj.B):
+                i = self._lidx[l]
+                t[i] = b / cap[l]
+                u[i] = t[i] / iso
+            fl = sj.bmax / sj.lam_max if sj.lam_max < float("inf") else 0.0
+            return (u, t, fl, sj.compute_s, iso)
+        return (u, t, -1.0, sj.compute_s, iso)     # no traffic here: slowdown 1
 
     def _group_arrays(self, group: Sequence[str], a: Dict[str, Opt]) -> tuple:
         """The proxy's inputs for ``a`` (jobs x rack links: u, t; per job: floor, class,
@@ -337,28 +412,80 @@ class RackView:
         sd[fl < 0] = 1.0
         return sd
 
+    def _proxy_moves(self, group: Sequence[str], a: Dict[str, Opt],
+                     moves: Sequence[Tuple[str, Opt]], mkey: tuple) -> np.ndarray:
+        """``_proxy`` of every move of ``moves`` (one row each, in order; ``mkey`` as there):
+        the compiled proxy in one call (it scores each candidate on its own: the rows of
+        batches), else the numpy expression in batches of ``config.proxy_chunk`` moves."""
+        if self.config.proxy_block == "max" and proxy_jit_available() and self._lidx:
+            return self._proxy_jit(group, a, moves, mkey)
+        step = max(1, self.config.proxy_chunk)
+        return np.concatenate([self._proxy(group, a, moves=moves[i:i + step])
+                               for i in range(0, len(moves), step)])
+
     def _prow_index(self, n: str, o: Opt) -> int:
-        """n's proxy row under o (``_proxy_row``) as an index into the rack's table."""
+        """n's proxy row under o (``_proxy_row``) as an index into the rack's table: in n's
+        block (``_prow_job``), else a row of its own."""
+        pj = self._pjob.get(n)
+        if pj is not None:
+            k = pj[1].get((o.spine, o.cap))
+            if k is not None:
+                return pj[0] + k
         key = (n, o.spine, o.cap)
         i = self._pidx.get(key)
         if i is None:
-            i = self._pidx[key] = len(self._plist)
-            self._plist.append(self._proxy_row(n, o)[:3])
-            self._ptab = None
+            r = self._proxy_row(n, o)
+            i = self._pidx[key] = self._ptab_add((r[0][None], r[1][None], np.array([r[2]])))
         return i
 
-    def _proxy_jit(self, group, a, moves) -> np.ndarray:
+    def _ptab_add(self, block: tuple) -> int:
+        """A block of rows (u, t, floor arrays) at the end of the rack's table; returns the
+        index of its first row."""
+        i = self._prows_n
+        self._pblocks.append(block)
+        self._prows_n += len(block[2])
+        self._ptab = None
+        return i
+
+    def _prow_job(self, m: str) -> None:
+        """Every path of m's options in the rack's table, as one block: the job's rows
+        stacked once per store (``_row_block``), in path order."""
+        if m in self._pjob or not self.options.get(m):
+            return
+        blk = self._row_block(m)
+        skey = ("stack", tuple(dict.fromkeys(self.paths[m])))   # the options' paths, in order
+        st = blk.get(skey)
+        if st is None:
+            rows = []
+            for sc in skey[1]:
+                row = blk.get(sc)
+                if row is None:
+                    row = blk[sc] = self._new_row(m, Opt(0, *sc))
+                rows.append(row)
+            st = blk[skey] = ({sc: k for k, sc in enumerate(skey[1])},
+                              tuple(np.array([r[k] for r in rows]) for k in range(3)))
+        self._pjob[m] = (self._ptab_add(st[1]), st[0])
+
+    def _move_arrays(self, g: tuple, moves: Sequence[Tuple[str, Opt]]) -> tuple:
+        """``moves`` as the compiled proxy reads them: each moved job's position in g, its
+        option's row of the rack's table and its class."""
+        gp = self._gpos[g]
+        return (np.array([gp[m] for m, _ in moves], dtype=np.int64),
+                np.array([self._prow_index(m, o) for m, o in moves], dtype=np.int64),
+                np.array([o.priority for _, o in moves], dtype=np.int64))
+
+    def _proxy_jit(self, group, a, moves, mkey=None) -> np.ndarray:
         """``_proxy`` ("max") on the compiled kernel (``proxykernel``): the same arithmetic in
-        the same order, per candidate, on the rack's table of proxy rows."""
+        the same order, per candidate, on the rack's table of proxy rows; ``mkey``: the
+        caller's name of ``moves`` (the same key, the same moves), their arrays kept."""
         g = tuple(group)
         key = (g, tuple(a[m] for m in g))
         held = self._gjit.get(key)
         if held is None:
             if g not in self._gpos:
                 self._gpos[g] = {m: i for i, m in enumerate(g)}
-                for m in g:              # the table holds every option of the group at once
-                    for o in self.options.get(m, ()):
-                        self._prow_index(m, o)
+                for m in g:     # the table holds every path of the group's options at once
+                    self._prow_job(m)
             rows = [self._proxy_row(m, a[m]) for m in g]
             held = (np.array([self._prow_index(m, a[m]) for m in g], dtype=np.int64),
                     np.array([a[m].priority for m in g], dtype=np.int64),
@@ -368,15 +495,18 @@ class RackView:
                 self._gjit.clear()
             self._gjit[key] = held
         if moves:
-            gp = self._gpos[g]
-            pos = np.array([gp[m] for m, _ in moves], dtype=np.int64)
-            oidx = np.array([self._prow_index(m, o) for m, o in moves], dtype=np.int64)
-            po = np.array([o.priority for _, o in moves], dtype=np.int64)
+            marr = self._marr.get(mkey) if mkey is not None else None
+            if marr is None:
+                marr = self._move_arrays(g, moves)
+                if mkey is not None:
+                    self._marr[mkey] = marr
+            pos, oidx, po = marr
         else:
             pos = np.full(1, -1, dtype=np.int64)
             oidx = po = np.zeros(1, dtype=np.int64)
-        if self._ptab is None:
-            self._ptab = tuple(np.array([r[k] for r in self._plist]) for k in range(3))
+        if self._ptab is None:     # the table, and the links each row uses
+            tab = tuple(np.concatenate([b[k] for b in self._pblocks]) for k in range(3))
+            self._ptab = tab + sparsity(tab[0], tab[1])
         return proxy_jit_score(*self._ptab, *held, pos, oidx, po, self.K,
                                  float(self.config.proxy_free_min), float(STARVED_SLOWDOWN))
 

@@ -358,25 +358,48 @@ class LocalSearch(RackView):
         sd = np.asarray(rows, dtype=float).reshape(len(opts), len(g))
         cols = self._summary_cols.get(n)
         if cols is None:    # g is always n's group (fixed for the view's life)
+            gi = self.group_of[n]
+            gcols = self._summary_cols.get(gi)
+            if gcols is None:   # the group's rack-local and rack-spanning columns
+                gcols = self._summary_cols[gi] = (
+                    np.array([i for i, m in enumerate(g) if m not in self._cross_set],
+                             dtype=np.intp),
+                    [i for i, m in enumerate(g) if m in self._cross_set])
+            pos = list(g).index(n)
+            crs = [i for i in gcols[1] if i != pos]
+            # the costs' columns (own, its copy where the rack-local sum goes, the others),
+            # the rack-local ones, the others' names, n's compute
             cols = self._summary_cols[n] = (
-                list(g).index(n), [i for i, m in enumerate(g) if m not in self._cross_set],
-                [i for i, m in enumerate(g) if m != n and m in self._cross_set])
-        pos, loc, crs = cols
-        m = np.empty((len(opts), 2 + len(crs)))      # JobSummary.costs()
-        m[:, 0] = sd[:, pos]
-        m[:, 1] = sd[:, loc].sum(axis=1) if loc else 0.0
-        m[:, 2:] = sd[:, crs]
-        hit = self._opt_rows.get(n) if opts is self.options[n] else None
-        if hit is None:
+                np.array([pos, pos] + crs, dtype=np.intp), gcols[0], [g[i] for i in crs],
+                self.model.jobs[self.model.index[n]].compute_s)
+        take, loc, names, compute_s = cols
+        m = sd[:, take]                              # JobSummary.costs()
+        m[:, 1] = sd[:, loc].sum(axis=1) if len(loc) else 0.0
+        if opts is self.options[n]:
+            hit = self._opt_rows[n]
+        else:
             rows = [(o.priority, o.spine, o.cap, o.shift) for o in opts]
             hit = (rows, pack_options(rows))
-            if opts is self.options[n]:
-                self._opt_rows[n] = hit
-        return JobSummary(n, preferred, OptionList(hit[0], m, hit[1]), demand,
-                          self.model.jobs[self.model.index[n]].compute_s, self.iso[n],
-                          self.local_peers[n], [g[i] for i in crs], m[:, 2:], m)
+        return JobSummary(n, preferred, OptionList(hit[0], m, hit[1]), demand, compute_s,
+                          self.iso[n], self.local_peers[n], names, m[:, 2:], m)
 
     # -- messages ----------------------------------------------------------
+    def _uplink_demand(self, n: str, spine: Optional[int]) -> float:
+        """n's mean demand (Gb/s) on this rack's ToR-spine links through ``spine``, kept in
+        the store across epochs (its inputs: n's traffic and isolated time, the spine)."""
+        skey = self._stored("demand", n, Opt(0, spine, 1.0))
+        demand = self._store.get(skey) if skey is not None else None
+        if demand is None:
+            if self._updown is None:
+                cl = self.model.cluster
+                self._updown = {l for l in self.links if cl.links[l].kind in ("uplink", "downlink")}
+            use, _ = self.model.usage(n, spine)
+            up = sum(b for l, b in use.items() if l in self._updown)
+            demand = up / BYTES_PER_GBIT / self.iso[n] if self.iso[n] > 0 else 0.0
+            if skey is not None:
+                self._store[skey] = demand
+        return demand
+
     def summarise(self, epoch: int, rnd: int, around: Optional[Dict[str, Opt]] = None,
                   only: Optional[Sequence[str]] = None) -> RackSummary:
         """Cost of every alternative of each rack-spanning job, others held at the rack's
@@ -397,12 +420,14 @@ class LocalSearch(RackView):
         # large groups: every option of every rack-spanning job of the group in one proxy batch
         # (equivalent options included: cheaper than finding the classes)
         batch: Dict[str, np.ndarray] = {}
-        for g in self.large:
-            mv = [(n, o) for n in g if n in cross for o in self.options[n]]
+        for gi, g in enumerate(self.large):
+            ck = (gi, tuple(n for n in g if n in cross))
+            mv = self._moves.get(ck)
+            if mv is None:      # the same jobs move: the same moves (and their arrays)
+                mv = self._moves[ck] = [(n, o) for n in ck[1] for o in self.options[n]]
             if mv:
                 step = max(1, self.config.proxy_chunk)
-                sd = np.concatenate([self._proxy(g, a, moves=mv[i:i + step])
-                                     for i in range(0, len(mv), step)])
+                sd = self._proxy_moves(g, a, mv, ck)
                 self.proxy_evals += len(mv)
                 self.proxy_batches += -(-len(mv) // step)
                 k = 0
@@ -422,10 +447,7 @@ class LocalSearch(RackView):
                 rows = [sd for _, sd in pairs]
             demand = self._demand.get((n, keep.spine))
             if demand is None:
-                use, _ = self.model.usage(n, keep.spine)
-                up = sum(b for l, b in use.items() if l in self.links
-                         and self.model.cluster.links[l].kind in ("uplink", "downlink"))
-                demand = up / BYTES_PER_GBIT / self.iso[n] if self.iso[n] > 0 else 0.0
+                demand = self._uplink_demand(n, keep.spine)
                 self._demand[(n, keep.spine)] = demand
             total_demand += demand
             out.append(self._job_summary(n, g, opts, rows, opts.index(self.allowed(n, keep)),
