@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .updatekernel import first_fill_level, fixed_mask, hi_residual
-from .wfkernel import fill_free
+from .updatekernel import refill
 
 _INF = np.inf
 
@@ -195,24 +194,10 @@ def incremental(p_idx, p_rows, p_cols, p_vals, alive, ns, slot_len, new_cols, ne
     elif not ok:
         return idx, rows, cols, vals, FULL, np.zeros(0), np.zeros(0)
     else:
-        c0 = c_new
-        for c in rem_cls:
-            if c0 < 0 or c < c0:
-                c0 = c
-        lam = _INF
-        for i in range(len(rem_cls)):
-            if rem_cls[i] == c0 and rem_rate[i] < lam:
-                lam = rem_rate[i]
-        if c_new == c0:
-            res_hi = hi_residual(capacity, cls, rows, cols, vals, prev, c0)
-            x = first_fill_level(rows, cols, vals, res_hi, prev, cls, c0, is_new)
-            if x < lam:
-                lam = x
-        fixed, any_fixed = fixed_mask(cls, is_new, prev, c0, lam * (1.0 - 1e-12))
-        if not any_fixed:
+        r, applied = refill(cls, rows, cols, vals, capacity, prev, is_new, c_new, rem_rate,
+                            rem_cls)
+        if not applied:
             return idx, rows, cols, vals, FULL, np.zeros(0), np.zeros(0)
-        r = np.zeros(n)
-        fill_free(r, cls, rows, cols, vals, capacity, prev, fixed)
     load, job_rate = after_fill(r, idx, rows, cols, vals, n_links, rate, slot_job, nflows,
                                 n_jobs, polling)
     return idx, rows, cols, vals, DONE, load, job_rate

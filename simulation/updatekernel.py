@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .wfkernel import fill_free
+
 _INF = np.inf
 
 
@@ -162,3 +164,31 @@ def first_fill_level(rows, cols, vals, cap, prev, ent_cls, c0, is_new):
         if x < best:
             best = x
     return best
+
+
+@njit(cache=True)
+def refill(cls, rows, cols, vals, capacity, prev, is_new, c_new, rem_rate, rem_cls):
+    """``waterfill_update`` after its checks (``prev`` with the new entities at 0, ``c_new``
+    their highest class or -1; ``rem_rate`` / ``rem_cls``: the entities gone): the changed
+    class ``c0``, the level ``lam`` under which its old entities keep their rates, the fixed
+    set, and the filling of the others (``wfkernel.fill_free``).  Returns (rates, applied);
+    not applied (no entity fixed): the caller fills from scratch."""
+    c0 = c_new
+    for c in rem_cls:
+        if c0 < 0 or c < c0:
+            c0 = c
+    lam = _INF
+    for i in range(len(rem_cls)):
+        if rem_cls[i] == c0 and rem_rate[i] < lam:
+            lam = rem_rate[i]
+    if c_new == c0:
+        res_hi = hi_residual(capacity, cls, rows, cols, vals, prev, c0)
+        x = first_fill_level(rows, cols, vals, res_hi, prev, cls, c0, is_new)
+        if x < lam:
+            lam = x
+    r = np.zeros(len(prev))
+    fixed, any_fixed = fixed_mask(cls, is_new, prev, c0, lam * (1.0 - 1e-12))
+    if not any_fixed:
+        return r, False
+    fill_free(r, cls, rows, cols, vals, capacity, prev, fixed)
+    return r, True

@@ -37,11 +37,10 @@ _kernel = None
 def _wfkernel():
     global _kernel
     if _kernel is None:
-        from .updatekernel import first_fill_level, fixed_mask, hi_residual, update_prelude
-        from .wfkernel import fill_classes, fill_free
-        _kernel = SimpleNamespace(fill_classes=fill_classes, fill_free=fill_free,
-                                  first_fill_level=first_fill_level, fixed_mask=fixed_mask,
-                                  hi_residual=hi_residual, update_prelude=update_prelude)
+        from .updatekernel import refill, update_prelude
+        from .wfkernel import fill_classes
+        _kernel = SimpleNamespace(fill_classes=fill_classes, refill=refill,
+                                  update_prelude=update_prelude)
     return _kernel
 
 
@@ -277,21 +276,14 @@ def _update_compiled(rates, classes, rows, cols, vals, capacity, prev, is_new, r
     kern = _wfkernel()
     cls = np.asarray(classes, dtype=np.int64)
     prev, c_new, ok = kern.update_prelude(prev, is_new, cls, rows)
-    rem = [int(c) for _, c in removed]
-    if not rem and c_new < 0:
+    if not removed and c_new < 0:
         return prev.copy()
     if not ok:
         return waterfill(len(rates), classes, rows, cols, vals, capacity)
-    c0 = min(rem + ([c_new] if c_new >= 0 else []))
-    lam = min([float(r) for r, c in removed if int(c) == c0], default=math.inf)
-    if c_new == c0:
-        res_hi = kern.hi_residual(capacity, cls, rows, cols, vals, prev, c0)
-        lam = min(lam, kern.first_fill_level(rows, cols, vals, res_hi, prev, cls, c0, is_new))
-    fixed, any_fixed = kern.fixed_mask(cls, is_new, prev, c0, lam * (1.0 - 1e-12))
-    if not any_fixed:
-        return waterfill(len(rates), classes, rows, cols, vals, capacity)
-    kern.fill_free(rates, cls, rows, cols, vals, capacity, prev, fixed)
-    return rates
+    r, applied = kern.refill(cls, rows, cols, vals, capacity, prev, is_new, c_new,
+                             np.array([x for x, _ in removed], dtype=float),
+                             np.array([c for _, c in removed], dtype=np.int64))
+    return r if applied else waterfill(len(rates), classes, rows, cols, vals, capacity)
 
 
 def _first_fill_level(rows, cols, vals, cap, prev, in_class, new):
