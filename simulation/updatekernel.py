@@ -1,7 +1,9 @@
 """Compiled (numba) steps of ``simulation.waterfill.waterfill_update`` before its filling
 (``wfkernel.fill_free``), for large incidences: the checks, the residual of the classes above
 the changed one, the level under which no constraint of a new entity can fill
-(``first_fill_level``) and the entities that keep their rates.  Each does the numpy step's
+(``first_fill_level``) and the entities that keep their rates; ``refill`` chains them with
+the filling (the compiled update of both ``waterfill_update`` and
+``ratekernel.incremental``).  Each does the numpy step's
 comparisons and sums in the same order, so the update is bit-identical to the numpy one
 (``tests/test_waterfill_kernel.py``).  On the 16,384-GPU headroom mix the numpy steps took
 about a quarter of the time of the filling they prepare (~75 s against 303 s over 692,635
