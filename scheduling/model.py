@@ -20,6 +20,7 @@ from .links import job_link_bytes, link_capacities
 
 # the shared usage cache's entry numbering the traffic signatures (``traffic_ids``)
 _TRAFFIC_IDS = ("traffic ids",)
+_ISO_COMM = "iso comm"        # its entries of ``iso_comm`` (key: this, a traffic signature)
 
 
 class ContentionModel:
@@ -92,10 +93,18 @@ class ContentionModel:
         return i
 
     def iso_comm(self, name: str) -> float:
+        """A job's isolated communication time on its default paths (its most loaded link's
+        bytes over its capacity), kept in the shared usage cache under its traffic
+        signature: a function of that signature and the capacities only."""
         v = self._iso_comm.get(name)
         if v is None:
-            use, _ = self.usage(name)
-            v = max((b / self.cap[l] for l, b in use.items()), default=0.0)
+            skey = (_ISO_COMM, self.traffic_sig(name)) if self._shared is not None else None
+            v = self._shared.get(skey) if skey is not None else None
+            if v is None:
+                use, _ = self.usage(name)
+                v = max((b / self.cap[l] for l, b in use.items()), default=0.0)
+                if skey is not None:
+                    self._shared[skey] = v
             self._iso_comm[name] = v
         return v
 

@@ -2,7 +2,8 @@
 
   python -m simulation.bench [--policy fair] [--placement first-fit] [--large-iterations 10]
 
-Each size runs in its own process (so peak RSS is that run's), on a generated mix
+Each size runs in its own process (so peak RSS is that run's; its progress, simulated time,
+events and jobs done, is shown on stderr every 15 s; Ctrl-C stops it), on a generated mix
 (``simulation.workload.generate``: zoo models, heavy-tailed job sizes, all jobs arriving at 0):
 
   256 GPUs     4 racks x 8 hosts x 8 GPUs, 2 spines,   12 jobs, 100 iterations
@@ -28,8 +29,11 @@ import json
 import resource
 import subprocess
 import sys
+import threading
 import time
-from typing import Optional
+from typing import Optional, Tuple
+
+PROGRESS_EVERY_S = 15.0      # a child's progress line on stderr at most this often
 
 SIZES = {
     256: dict(racks=4, hosts=8, spines=2, jobs=12),
@@ -39,7 +43,7 @@ SIZES = {
 
 
 def run_one(gpus: int, iterations: int, policy: str, placement: str, seed: int,
-            jobs: Optional[int] = None) -> dict:
+            jobs: Optional[int] = None, progress: bool = False) -> dict:
     from workloads.scenario import resolve
     from .__main__ import load_policy
     from .engine import SimConfig, simulate
@@ -55,7 +59,8 @@ def run_one(gpus: int, iterations: int, policy: str, placement: str, seed: int,
     t_gen = time.perf_counter() - t0
     t1 = time.perf_counter()
     c1 = time.process_time()
-    res = simulate(rs, load_policy(policy), SimConfig(isolated=True), policy_name=policy)
+    res = simulate(rs, load_policy(policy), SimConfig(isolated=True, progress=progress),
+                   policy_name=policy)
     wall = time.perf_counter() - t1
     cpu = time.process_time() - c1
     st = res.stats
@@ -69,23 +74,61 @@ def run_one(gpus: int, iterations: int, policy: str, placement: str, seed: int,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
 
+def _child(cmd, timeout: float, label: str) -> Tuple[Optional[int], str, str]:
+    """Run one size in its own process, its simulator's progress (``[sim ...]`` lines)
+    passed on to stderr every ``PROGRESS_EVERY_S`` seconds, prefixed with ``label``.
+    Returns (exit code, or None if it timed out and was killed; stdout; its last stderr
+    line)."""
+    p = subprocess.Popen(cmd + ["--progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    last = [""]
+
+    def pump():
+        shown = time.monotonic()
+        for line in p.stderr:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            last[0] = line
+            now = time.monotonic()
+            if line.startswith("[sim ") and now - shown >= PROGRESS_EVERY_S:
+                shown = now
+                print(f"  {label}: {line.split('] ', 1)[-1]}", file=sys.stderr, flush=True)
+
+    th = threading.Thread(target=pump, daemon=True)
+    th.start()
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        th.join()
+        return None, "", last[0]
+    finally:
+        if p.poll() is None:        # interrupted: the child goes with us
+            p.kill()
+            p.wait()
+    out = p.stdout.read()
+    th.join()
+    return p.returncode, out, last[0]
+
+
 def headroom(seed: int, timeout: float) -> int:
     """The next size (issue 16): 16,384 GPUs, 1,000 jobs, 100 iterations, fragmented, under
     Harmonics, end to end in its own process; prints wall and CPU seconds and where they went."""
     cmd = [sys.executable, "-m", "simulation.bench", "--one", "16384", "--jobs", "1000",
            "--iterations", "100", "--policy", "harmonics", "--placement", "fragmented",
            "--seed", str(seed)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    rc, out, err = _child(cmd, timeout, "headroom")
+    if rc is None:
         print(f"16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: "
               f"timed out after {timeout:.0f} s")
         return 1
-    if p.returncode != 0:
+    if rc != 0:
         print("16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: failed: "
-              + (p.stderr.strip().splitlines() or ["?"])[-1])
+              + (err or "?"))
         return 1
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r = json.loads(out.strip().splitlines()[-1])
     print(f"16384 GPUs, 1000 jobs, 100 iterations, fragmented, harmonics: {r['wall_s']:.2f} s "
           f"(cpu {r['cpu_s']:.2f} s, of which the policy's decisions {r['decision_cpu_s']:.2f} s, "
           f"the rate updates {r['rate_update_cpu_s']:.2f} s; "
@@ -110,10 +153,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-headroom", action="store_true", help="skip that run")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--jobs", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--progress", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one is not None:
         it = a.large_iterations if a.one == 16384 and a.jobs is None else a.iterations
-        print(json.dumps(run_one(a.one, it, a.policy, a.placement, a.seed, a.jobs)))
+        print(json.dumps(run_one(a.one, it, a.policy, a.placement, a.seed, a.jobs,
+                                 progress=a.progress)))
         return 0
     if a.headroom:
         return headroom(a.seed, a.timeout)
@@ -129,15 +174,14 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "-m", "simulation.bench", "--one", str(g), "--policy", a.policy,
                "--placement", a.placement, "--iterations", str(a.iterations),
                "--large-iterations", str(a.large_iterations), "--seed", str(a.seed)]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-        except subprocess.TimeoutExpired:
+        rc, out, err = _child(cmd, a.timeout, f"{g} GPUs")
+        if rc is None:
             print(f"{g:>6} timed out after {a.timeout:.0f} s")
             continue
-        if p.returncode != 0:
-            print(f"{g:>6} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
+        if rc != 0:
+            print(f"{g:>6} failed: {err or rc}")
             continue
-        r = json.loads(p.stdout.strip().splitlines()[-1])
+        r = json.loads(out.strip().splitlines()[-1])
         print(f"{r['gpus']:>6} {r['jobs']:>5} {r['iterations']:>5} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['events']:>9} "
               f"{r['events_per_s']:9.0f} {r['rate_updates']:>9} {r['sim_time_s']:9.1f} "
               f"{r['peak_rss_mb']:11.1f}", flush=True)
@@ -150,5 +194,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def _main() -> int:
+    try:
+        return main()
+    except KeyboardInterrupt:          # the running size's process was killed on the way out
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

@@ -187,3 +187,24 @@ def test_simulate_with_shared_allocations_matches(seed):
     shared: dict = {}
     assert simulate(jobs, cap, alloc_cache=shared) == pytest.approx(plain, rel=1e-9)
     assert simulate(jobs, cap, alloc_cache=shared) == pytest.approx(plain, rel=1e-9)
+
+
+def test_iso_comm_kept_across_models_by_traffic_signature():
+    """``ContentionModel.iso_comm`` with a shared usage cache (a policy's epochs): the value
+    of a fresh model's computation, kept under the job's traffic signature, so a job whose
+    bytes change gets its own and a job whose traffic did not change is read back."""
+    from scheduling.model import ContentionModel
+    shared = {}
+    a = scenario([("A", ["r0h0", "r1h0"], 0.05, 300e6), ("B", ["r0h1", "r1h1"], 0.05, 600e6)])
+    m = ContentionModel(a, usage_cache=shared)
+    assert m.iso_comm("A") == pytest.approx(comm_time(300e6))
+    assert m.iso_comm("B") == pytest.approx(comm_time(600e6))
+    assert sum(1 for k in shared if k[0] == "iso comm") == 2
+    # the next epoch: B's bytes changed, A's did not
+    b = scenario([("A", ["r0h0", "r1h0"], 0.05, 300e6), ("B", ["r0h1", "r1h1"], 0.05, 150e6)])
+    m2 = ContentionModel(b, usage_cache=shared)
+    fresh = ContentionModel(b)
+    for n in "AB":
+        assert m2.iso_comm(n) == fresh.iso_comm(n)
+    assert m2.iso_comm("B") == pytest.approx(comm_time(150e6))
+    assert sum(1 for k in shared if k[0] == "iso comm") == 3

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -135,6 +136,25 @@ def test_run_timeout_kills_the_run_and_the_next_one_runs(tmp_path):
     sc.write_text(PAIR)
     rc = run_compare(sc, "fair", str(tmp_path / "cmp"), {"run_timeout": 1e-3, "plots": False},
                      summary=False)
-    import json
     rec = json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"]["fair"]
     assert rc == 1 and rec["status"] == "failed" and "killed after" in rec["error"]
+
+
+def test_bench_passes_progress_on_and_stops_a_size_at_its_timeout(monkeypatch, capsys):
+    """simulation.bench runs each size in a child process: the child's ``[sim ...]``
+    progress lines reach stderr with the size's label, its last stderr line is kept for the
+    failure message, and a child past its timeout is killed (exit code None)."""
+    from simulation import bench
+    monkeypatch.setattr(bench, "PROGRESS_EVERY_S", 0.0)
+    code = ("import sys\n"
+            "for i in range(3):\n"
+            "    print(f'[sim fair] t={i}.00s  events={i}', file=sys.stderr, flush=True)\n"
+            "print('{\"ok\": 1}')\n"
+            "print('last words', file=sys.stderr)\n")
+    rc, out, err = bench._child([sys.executable, "-c", code], 60, "tiny")
+    assert rc == 0 and json.loads(out) == {"ok": 1} and err == "last words"
+    shown = [l for l in capsys.readouterr().err.splitlines() if l.startswith("  tiny: ")]
+    assert shown == [f"  tiny: t={i}.00s  events={i}" for i in range(3)]
+    rc, out, err = bench._child([sys.executable, "-c", "import time; time.sleep(120)"], 1.0,
+                                "slow")
+    assert rc is None and out == ""

@@ -32,7 +32,9 @@ class HarmonicsPolicy(Policy):
         proxy_warm_up()     # the compiled proxy and compounding, loaded before any decision
         compound_warm_up()
         self._joint_cache: Dict[tuple, object] = {}
-        self._links_cache: Dict[tuple, tuple] = {}   # (job, inputs) -> (has traffic, links)
+        # (job, inputs) -> (has traffic, potential links, their racks)
+        self._links_cache: Dict[tuple, tuple] = {}
+        self._rack_map: Optional[tuple] = None  # (cluster spec, rack -> links, link -> rack)
         self._usage: Dict[tuple, tuple] = {}    # the model's link usage, kept across epochs
         self._usage_cap = None                  # ... of the cluster with these capacities
         self._stores: Dict[int, dict] = {}      # rack -> its job views (RackView._store)
@@ -135,22 +137,14 @@ class HarmonicsPolicy(Policy):
         self.guarded_components += 1
         return True
 
-    def _racks(self, state, model, K: int, names, pot, prev, jfp, limits) -> tuple:
+    def _racks(self, state, model, K: int, names, pot, job_racks, prev, jfp, limits) -> tuple:
         """The Local Schedulers of this epoch (rack -> scheduler), each rack's inputs and how
-        many racks were kept from the last epoch."""
-        cl = state.cluster
-        # the links each rack owns (links_of_rack for every rack, in one pass)
-        tor_rack = {t: r for r, t in enumerate(cl.tors)}
-        rack_links: Dict[int, set] = {r: set() for r in range(cl.spec.racks)}
-        for l in cl.links:
-            for end in (l.src, l.dst):
-                r = tor_rack.get(end)
-                if r is not None:
-                    rack_links[r].add(l.index)
-        link_rack = {l: r for r, ls in rack_links.items() for l in ls}
+        many racks were kept from the last epoch (``job_racks``: the racks of each job's
+        potential links, ``_traffic``)."""
+        rack_links = self._rack_links(state.cluster)[0]
         rack_jobs: Dict[int, List[str]] = {}
         for n in names:
-            for r in sorted({link_rack[l] for l in pot[n]}):
+            for r in job_racks[n]:
                 rack_jobs.setdefault(r, []).append(n)
         # incremental epochs: a rack whose inputs (its jobs and their profiles, in the reuse
         # fingerprint's 2% buckets) did not change keeps its Local Scheduler and every cache
@@ -310,23 +304,43 @@ class HarmonicsPolicy(Policy):
             return 0 if x <= 0 else round(50 * math.log(x))
         return (tuple(j.hosts), q(j.compute_s), tuple(sorted((p, q(b)) for p, b in j.pair_bytes.items())))
 
+    def _rack_links(self, cl) -> tuple:
+        """(rack -> the links it owns, link -> its rack): ``links_of_rack`` for every rack,
+        in one pass, kept for the cluster."""
+        kept = self._rack_map
+        if kept is None or kept[0] != cl.spec:
+            tor_rack = {t: r for r, t in enumerate(cl.tors)}
+            rack_links: Dict[int, set] = {r: set() for r in range(cl.spec.racks)}
+            for l in cl.links:
+                for end in (l.src, l.dst):
+                    r = tor_rack.get(end)
+                    if r is not None:
+                        rack_links[r].add(l.index)
+            link_rack = {l: r for r, ls in rack_links.items() for l in ls}
+            kept = self._rack_map = (cl.spec, rack_links, link_rack)
+        return kept[1], kept[2]
+
     def _traffic(self, state, model, jfp, fresh: bool) -> tuple:
-        """The jobs with network traffic and each one's potential links.  They depend on a
-        job's inputs only (hosts, bytes per pair): kept across the epochs of one cluster
-        (``fresh``: a new one)."""
+        """The jobs with network traffic, each one's potential links and the racks that own
+        one of them.  They depend on a job's inputs only (hosts, bytes per pair): kept
+        across the epochs of one cluster (``fresh``: a new one)."""
         if fresh:
             self._links_cache = {}
         lc = self._links_cache
+        link_rack = None
         for j in state.jobs:
             if (j.name, jfp[j.name]) not in lc:
                 comm = has_comm(model, j.name)
-                lc[(j.name, jfp[j.name])] = (comm, potential_links(state, model, j.name)
-                                             if comm else set())
+                pot = potential_links(state, model, j.name) if comm else set()
+                if link_rack is None:
+                    link_rack = self._rack_links(state.cluster)[1]
+                lc[(j.name, jfp[j.name])] = (comm, pot, sorted({link_rack[l] for l in pot}))
         if len(lc) > 4 * len(state.jobs) + 64:
             keep = {(j.name, jfp[j.name]) for j in state.jobs}
             self._links_cache = lc = {k: v for k, v in lc.items() if k in keep}
         names = [j.name for j in state.jobs if lc[(j.name, jfp[j.name])][0]]
-        return names, {n: lc[(n, jfp[n])][1] for n in names}
+        return names, {n: lc[(n, jfp[n])][1] for n in names}, \
+            {n: lc[(n, jfp[n])][2] for n in names}
 
     @staticmethod
     def _around(L: LocalScheduler, cur: Dict[str, Opt]) -> Dict[str, Opt]:
@@ -432,12 +446,12 @@ class HarmonicsPolicy(Policy):
                               and self._prev[0] == (model.ev.cap, K)) else None
         if jfp is None:
             jfp = self._job_fps(state)
-        names, pot = self._traffic(state, model, jfp, fresh=prev is None)
+        names, pot, job_racks = self._traffic(state, model, jfp, fresh=prev is None)
         limits, n_short, n_low = class_limits(self.config, model, names, pot, K)
         if limits:    # a job's classes under the rules are one of its inputs (rack reuse)
             jfp = {k: v + ((limits[k].start, limits[k].stop) if k in limits else None,)
                    for k, v in jfp.items()}
-        locs, fps, reused = self._racks(state, model, K, names, pot, prev, jfp, limits)
+        locs, fps, reused = self._racks(state, model, K, names, pot, job_racks, prev, jfp, limits)
         warm = prev is not None and self.config.warm and bool(prev[2])
         movable: Optional[set] = None
         carried = news = False
