@@ -80,27 +80,32 @@ def simulate(jobs: Sequence[SimJob], cap: Mapping, max_events: Optional[int] = N
 # ---------------------------------------------------------------------------
 
 def connected_groups(items: Sequence, links_of) -> List[list]:
-    """Items that share a link, transitively (union-find); ``links_of(item)`` gives its links.
-    Groups keep the items' order."""
-    parent = {it: it for it in items}
+    """Items that share a link, transitively; ``links_of(item)`` gives its links.  Groups
+    keep the items' order (``_index_groups`` on the items' positions)."""
+    items = list(items)
+    return [[items[i] for i in g] for g in _index_groups([links_of(it) for it in items])]
+
+
+def _index_groups(link_lists: Sequence) -> List[List[int]]:
+    """Union-find of positions ``0..n-1`` by shared links (``link_lists[i]``: position i's
+    links); the groups in order of their first member, each in increasing order."""
+    parent = list(range(len(link_lists)))
     owner: Dict = {}
-    for it in items:
-        for l in links_of(it):
-            o = owner.get(l)
-            if o is None:
-                owner[l] = it
-            else:
-                ra, rb = _root(parent, o), _root(parent, it)
+    for j, links in enumerate(link_lists):
+        for l in links:
+            o = owner.setdefault(l, j)
+            if o != j:
+                ra, rb = _root(parent, o), _root(parent, j)
                 if ra != rb:
                     parent[ra] = rb
-    groups: Dict = {}
-    for it in items:
-        groups.setdefault(_root(parent, it), []).append(it)
+    groups: Dict[int, List[int]] = {}
+    for j in range(len(link_lists)):
+        groups.setdefault(_root(parent, j), []).append(j)
     return list(groups.values())
 
 
 def _root(parent, a):
-    """Union-find's root of ``a`` (``parent``: a dict or a list), halving the path."""
+    """Union-find's root of ``a``, halving the path."""
     while parent[a] != a:
         parent[a] = parent[parent[a]]
         a = parent[a]
@@ -108,21 +113,8 @@ def _root(parent, a):
 
 
 def _components(jobs: Sequence[SimJob]) -> List[List[int]]:
-    """``connected_groups`` of the jobs' indices by their links (the same union-find on a
-    list: the same groups in the same order)."""
-    parent = list(range(len(jobs)))
-    owner: Dict = {}
-    for j, jb in enumerate(jobs):
-        for l in jb.links:
-            o = owner.setdefault(l, j)
-            if o != j:
-                ra, rb = _root(parent, o), _root(parent, j)
-                if ra != rb:
-                    parent[ra] = rb
-    groups: Dict[int, List[int]] = {}
-    for j in range(len(jobs)):
-        groups.setdefault(_root(parent, j), []).append(j)
-    return list(groups.values())
+    """The jobs' indices grouped by shared links (``_index_groups``)."""
+    return _index_groups([jb.links for jb in jobs])
 
 
 EXACT_LIMIT = 100_000      # ``Evaluator.exact`` entries kept at most (then a fresh one)

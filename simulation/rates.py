@@ -296,11 +296,16 @@ class FlowRates:
             self.job_rate = np.bincount(jix, weights=r * self.nflows[idx], minlength=len(self.jobs))
         self.dirty = False
 
+    def _large(self) -> bool:
+        """Whether the current incidence is large enough for the compiled per-event passes
+        (``simulation.waterfill.KERNEL_MIN_NNZ`` entries, as the water-filling kernel)."""
+        return self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ
+
     def _finished(self, fslot: int) -> np.ndarray:
         """The active slots whose flow groups are done at ``now`` (within a relative 1e-9 and
         1e-6 bytes), and ``fslot``, the completion the loop advanced to, in any case."""
         idx = self.active_idx
-        if self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ:
+        if self._large():
             return _ratekernel().finished(idx, self.rem, self.total, fslot)
         tol = 1e-9 * self.total[idx] + 1e-6
         fin = idx[self.rem[idx] <= tol]
@@ -312,7 +317,7 @@ class FlowRates:
         idx = self.active_idx
         if len(idx) == 0:
             return math.inf, -1
-        if self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ:
+        if self._large():
             t, k = _ratekernel().next_completion(idx, self.rate, self.rem)
             if k < 0:
                 return math.inf, -1
@@ -331,7 +336,7 @@ class FlowRates:
         if dt <= 0:
             return
         idx = self.active_idx
-        big = self._asm is not None and len(self._asm[1]) >= _wf.KERNEL_MIN_NNZ
+        big = self._large()
         if len(idx) and big:
             _ratekernel().advance(idx, self.rate, self.rem, dt, self.job_cum, self.job_rate,
                                   self.polling)
