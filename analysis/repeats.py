@@ -63,6 +63,53 @@ def ci95(values) -> tuple:
     return n, m, sd, m - h, m + h
 
 
+# the precision section: each policy's mean iteration time, what its run-to-run spread gives,
+# and how many runs that spread would need for these 95% half-widths
+PRECISION_TARGETS = (0.03, 0.01)
+MAX_PLANNED_RUNS = 1000
+
+
+def runs_for(cv: float, target: float) -> Optional[int]:
+    """The fewest runs n >= 2 whose 95% half-width t(0.975, n-1) * cv / sqrt(n) is at most
+    ``target`` (both relative to the mean); None beyond ``MAX_PLANNED_RUNS``."""
+    from scipy.stats import t
+    if not math.isfinite(cv):
+        return None
+    n = np.arange(2, MAX_PLANNED_RUNS + 1)
+    ok = np.flatnonzero(t.ppf(0.975, n - 1) * cv / np.sqrt(n) <= target)
+    return int(n[ok[0]]) if len(ok) else None
+
+
+def precision(res: dict) -> List[dict]:
+    """Per policy with at least 2 runs: runs, the CV of its mean iteration time over the runs,
+    its 95% half-width now (relative), and the runs each ``PRECISION_TARGETS`` half-width
+    needs at that CV (an estimate: the CV itself comes from these runs)."""
+    out = []
+    for p in res["policies"]:
+        r = res["stats"][p, "mean_iter_s"]
+        if r["runs"] < 2 or not math.isfinite(r["std"]) or not r["mean"] > 0:
+            continue
+        cv = r["std"] / r["mean"]
+        out.append({"policy": p, "runs": r["runs"], "cv": cv,
+                    "half": (r["ci95_high"] - r["mean"]) / r["mean"],
+                    "needs": [runs_for(cv, x) for x in PRECISION_TARGETS]})
+    return out
+
+
+def precision_md(res: dict) -> List[str]:
+    rows = precision(res)
+    if not rows:
+        return []
+    heads = [f"runs for ±{x:.0%}" for x in PRECISION_TARGETS]
+    body = [[r["policy"], str(r["runs"]), f"{r['cv']:.1%}", f"±{r['half']:.1%}"]
+            + [str(n) if n is not None else f"over {MAX_PLANNED_RUNS}" for n in r["needs"]]
+            for r in rows]
+    return (["", "Precision of each policy's mean iteration time: its coefficient of variation "
+             "over these runs, the 95% half-width it gives now, and how many runs that spread "
+             "needs for a narrower interval (an estimate from these runs' own spread).", ""]
+            + md_table(["policy", "runs", "CV", "95% now"] + heads, body))
+
+
 def run_dirs(d: Path) -> List[Path]:
     """DIR's run<k>/ sub-directories, in run order."""
     found = [(int(m.group(1)), p) for p in d.iterdir()
@@ -208,6 +255,7 @@ def render_markdown(res: dict, info: dict, plot: Optional[str]) -> str:
               "limits, not the policy).", ""]
     L += table_md(res)
     L += [""] + [f"- {v}" for v in verdicts(res)]
+    L += precision_md(res)
     sus = suspect_lines(res)
     if sus:
         L += ["", "Suspect runs:"] + [f"- {x}" for x in sus]
@@ -259,6 +307,7 @@ def summary_text(res: dict) -> str:
          "(mean ± 95% CI half-width; * = the interval excludes 1)", ""]
     L += table_md(res)
     L += [""] + verdicts(res)
+    L += precision_md(res)
     sus = suspect_lines(res)
     if sus:
         L += ["", f"warning: {len(sus)} suspect run(s):"] + [f"  {x}" for x in sus]

@@ -356,8 +356,9 @@ def _wait(rs, procs, out: Path, deadline: float, quiet: bool, ec, events_hook, s
                 rows = [r for r in read_worker_log(out / "logs" / f"{j.name}.csv") if r["status"] == "ok"]
                 it = (max(r["iteration"] for r in rows) + 1) if rows else 0
                 parts.append(f"{j.name} {it}/{total_it[j.name]}")
-            el = max(0.0, now - start_at)
-            _progress(f"[{el:6.1f} s] " + "  ".join(parts))
+            when = (f"starts in {start_at - now:.1f} s" if now < start_at
+                    else f"{now - start_at:6.1f} s")
+            _progress(f"[{when}] " + "  ".join(parts))
         time.sleep(0.2)
     if not quiet and sys.stderr.isatty():
         sys.stderr.write("\n")

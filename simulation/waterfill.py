@@ -53,17 +53,9 @@ def waterfill(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.n
     ``capacity``: capacity of every constraint index used in ``cols``.
     An entity with no constraint at all gets ``inf``.
     """
-    rates = np.zeros(n_entities)
-    if n_entities == 0:
+    rates, rows, cols, vals, constrained = _start(n_entities, rows, cols, vals)
+    if constrained is None:
         return rates
-    if len(rows) == 0:
-        rates[:] = np.inf
-        return rates
-    rows = np.asarray(rows, dtype=np.int64)
-    cols = np.asarray(cols, dtype=np.int64)
-    vals = np.asarray(vals, dtype=float)
-    constrained = np.bincount(rows, minlength=n_entities) > 0
-    rates[~constrained] = np.inf
     if len(rows) < KERNEL_MIN_NNZ:
         return _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained)
     residual = np.array(capacity, dtype=float)
@@ -75,18 +67,27 @@ def waterfill_numpy(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols
                     vals: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """``waterfill`` with the numpy filling (``_fill_class``): the reference the compiled
     kernel (``simulation.wfkernel``) is checked against, bit for bit."""
+    rates, rows, cols, vals, constrained = _start(n_entities, rows, cols, vals)
+    if constrained is None:
+        return rates
+    return _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained)
+
+
+def _start(n_entities: int, rows, cols, vals) -> tuple:
+    """Both fillings' start: (rates, rows, cols, vals, constrained), the entities with no
+    constraint at ``inf``; ``constrained`` None when nothing is left to fill."""
     rates = np.zeros(n_entities)
     if n_entities == 0:
-        return rates
+        return rates, rows, cols, vals, None
     if len(rows) == 0:
         rates[:] = np.inf
-        return rates
+        return rates, rows, cols, vals, None
     rows = np.asarray(rows, dtype=np.int64)
     cols = np.asarray(cols, dtype=np.int64)
     vals = np.asarray(vals, dtype=float)
     constrained = np.bincount(rows, minlength=n_entities) > 0
     rates[~constrained] = np.inf
-    return _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained)
+    return rates, rows, cols, vals, constrained
 
 
 def _waterfill_np(rates, classes, rows, cols, vals, capacity, constrained):

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from analysis.report import POLICY_COLS
-from analysis.repeats import aggregate, ci95, run_repeats
+from analysis.repeats import aggregate, ci95, run_repeats, runs_for
 from conftest import REPO, run_cli
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "report_sample"
@@ -86,6 +86,28 @@ def test_aggregate_pairs_ratios_and_counts_only_ok_runs(tmp_path):
     (d / "repeats.csv").unlink()
     assert analysis_main(["report", str(d), "--no-plots"]) == 0
     assert _stat(d, "harmonics", "mean_iter_vs_fair")["runs"] == "4"
+
+
+def test_precision_plans_the_runs_from_the_series_spread(tmp_path):
+    # textbook: CV 0.5% -> 2 runs give 12.706 * 0.5% / sqrt(2) = 4.5% > 3%; 3 runs 1.24%
+    assert runs_for(0.005, 0.03) == 3
+    assert runs_for(0.005, 0.01) == 4          # 3.182 * 0.5% / 2 = 0.80%; 3 runs: 1.24%
+    assert runs_for(0.5, 0.01) is None and runs_for(math.nan, 0.03) is None
+    d = tmp_path / "rep"
+    d.mkdir()
+    (d / "repeats.json").write_text(json.dumps({"scenario": "x", "runs": 4}))
+    fair = [0.100, 0.120, 0.110, 0.130]
+    for k, f in enumerate(fair, 1):
+        _write_run(d / f"run{k}", [{"policy": "fair", "status": "ok", "mean_iter_s": f,
+                                    "mean_iter_vs_fair": 1.0}])
+    md = aggregate(d, plots=False)["markdown"]
+    cv = math.sqrt(0.0005 / 3) / 0.115                  # 11.2%: sd over 3 dof, over the mean
+    from scipy.stats import t
+    n = runs_for(cv, 0.03)
+    assert t.ppf(0.975, n - 1) * cv / math.sqrt(n) <= 0.03 < t.ppf(0.975, n - 2) * cv / math.sqrt(n - 1)
+    n1 = runs_for(cv, 0.01)                              # about (1.96 * 11.2)^2 = 482
+    assert 450 < n1 < 520
+    assert f"| fair | 4 | 11.2% | ±{T975[3] * cv / 2:.1%} | {n} | {n1} |" in md
 
 
 def test_repeats_on_the_simulator(tmp_path):
