@@ -307,8 +307,11 @@ class Monitor:
                 if busy and qa["classes"][busy[0]][1] < mbps * 1e6 / 8 * dt:
                     busy = []
                 if len(busy) >= 2:
+                    # a class above the highest queued one is served first and so never queues:
+                    # what it sent is not the queued classes' to share. htb's promise is over
+                    # what it left: the highest queued class and the classes below it.
                     sent = {k: qb["classes"][k][0] - qa["classes"][k][0] for k in qb["classes"]
-                            if k in qa["classes"]}
+                            if k in qa["classes"] and k >= busy[0]}
                     tot = sum(v for v in sent.values() if v > 0)
                     if tot > 0:
                         comp_s += dt

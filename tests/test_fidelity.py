@@ -148,6 +148,24 @@ def test_class_share_is_judged_only_while_the_higher_class_stays_backlogged():
     assert rec["qdisc_drops"] == 0
 
 
+def test_class_share_leaves_out_a_higher_class_that_never_queued():
+    """Three classes on a 10 Mbit/s link, as sampled on `oversubscribed` under Harmonics: class
+    0 is served first and so never queues; classes 1 and 2 both hold deep queues. Of the 125
+    KB sent in the interval class 0 took 100 KB, class 1 24.5 KB and class 2 0.5 KB: class 1
+    got 98% of what class 0 left, which is htb's promise (not 19.6% of the link)."""
+    def sample(t, sent):
+        return {"t": t, "idle": 0, "total": 0, "psi": None,
+                "q": {"eth": {"bytes": sum(sent), "backlog": 400_000, "drops": 0,
+                              "classes": {0: (sent[0], 0), 1: (sent[1], 200_000),
+                                          2: (sent[2], 200_000)}}}}
+    mon = fidelity.Monitor({"eth": ("tor0-sp0", 10.0)}, period=0.1)
+    mon.samples = [sample(0.0, (0, 0, 0)), sample(0.1, (100_000, 24_500, 500))]
+    rec = mon.link_figures()["eth"]
+    assert rec["competing_s"] == pytest.approx(0.1)
+    assert rec["top_class_share"] == pytest.approx(0.98)
+    assert rec["top_class_expected"] == pytest.approx(0.98)
+
+
 def test_switch_drops_are_counted_from_the_log_since_the_run_began(tmp_path):
     log = tmp_path / "ovs-vswitchd.log"
     log.write_text("2026-12-04T00:00:00Z|netdev_linux|WARN|error sending Ethernet packet on tor0-eth6: "
