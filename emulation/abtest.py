@@ -4,7 +4,7 @@
         [--pairs 3] [--policy fair] --out DIR
 
 Each side is NAME:KEY=VALUE,...; a KEY is a scenario ``emulation`` field (gso_max_bytes,
-capture, tcp_cc, bandwidth_scale,
+capture, tcp_cc, bandwidth_scale, time_scale,
 compute_jitter), ``iterations`` (every job's), or a host-tuning setting of
 emulation.jobspec.TUNING_DEFAULTS (passed as HARMONICS_TUNING).  The runs alternate A B A B
 ..., so the machine's slow periods hit both sides alike; each run is a separate
@@ -37,7 +37,8 @@ from runs.logs import read_worker_log
 from .jobspec import TUNING_DEFAULTS
 
 LOCK = "/tmp/harmonics-stack.lock"
-EMU_KEYS = ("gso_max_bytes", "capture", "tcp_cc", "bandwidth_scale", "compute_jitter")
+EMU_KEYS = ("gso_max_bytes", "capture", "tcp_cc", "bandwidth_scale", "time_scale", "compute_jitter")
+FLOAT_KEYS = ("bandwidth_scale", "time_scale", "compute_jitter")
 
 
 def parse_side(arg: str) -> dict:
@@ -50,7 +51,7 @@ def parse_side(arg: str) -> dict:
         if k in EMU_KEYS:
             side["emulation"][k] = ([v] if k == "capture" else None if v == "null"
                                     else int(v) if k == "gso_max_bytes"
-                                    else float(v) if k in ("bandwidth_scale", "compute_jitter") else v)
+                                    else float(v) if k in FLOAT_KEYS else v)
         elif k == "iterations":
             side["iterations"] = int(v)
         elif k in TUNING_DEFAULTS:
@@ -112,14 +113,18 @@ def run_one(scenario: Path, side: dict, out: Path, policy: str) -> dict:
     return rec
 
 
-def table(recs: List[dict], sides: List[str], first: int, count: int, ts: float) -> List[str]:
+def table(recs: List[dict], sides: List[dict], first: int, count: int, ts: float) -> List[str]:
+    """One line per side; iteration times in trace seconds (each side's own ``time_scale``,
+    else the scenario's ``ts``)."""
     L = []
-    for s in sides:
+    for side in sides:
+        s = side["name"]
+        ts_side = float(side["emulation"].get("time_scale", ts))
         rs = [r for r in recs if r["side"] == s and r["rc"] == 0]
         per_run = []
         for r in rs:
             m = job_means(Path(r["dir"]), first, count)
-            per_run.append(float(np.mean(list(m.values()))) / ts if m else math.nan)
+            per_run.append(float(np.mean(list(m.values()))) / ts_side if m else math.nan)
         st = spread(per_run)
         head = [r["cpu"].get("headroom_median", math.nan) for r in rs if r.get("cpu")]
         load = [r["load_before"] for r in rs]
@@ -163,13 +168,12 @@ def main(argv=None) -> int:
                 abf.write_text(json.dumps({"scenario": a.scenario, "sides": sides, "runs": recs}, indent=1))
                 print(f"[{k + 1}/{a.pairs}] {s['name']}: rc {rec['rc']} load {rec['load_before']:.2f} "
                       f"{rec.get('verdict', rec.get('error', ''))[:80]}", file=sys.stderr, flush=True)
-    names = [s["name"] for s in sides]
     print(f"{a.scenario}: policy {a.policy}, warm-up {a.warmup}, trace ms")
-    print("\n".join(table(recs, names, a.warmup, 0, ts)))
+    print("\n".join(table(recs, sides, a.warmup, 0, ts)))
     for spec in a.length:
         w, _, n = spec.partition(":")
         print(f"-- iterations {w}..{int(w) + int(n) - 1} only:")
-        print("\n".join(table(recs, names, int(w), int(n), ts)))
+        print("\n".join(table(recs, sides, int(w), int(n), ts)))
     return 0
 
 
