@@ -5,7 +5,8 @@
 
 Each side is NAME:KEY=VALUE,...; a KEY is a scenario ``emulation`` field (gso_max_bytes,
 capture, tcp_cc, bandwidth_scale, time_scale,
-compute_jitter), ``iterations`` (every job's), or a host-tuning setting of
+compute_jitter), ``iterations`` (every job's), ``stagger`` (job k of the scenario arrives k times
+this many trace seconds after the first), or a host-tuning setting of
 emulation.jobspec.TUNING_DEFAULTS (passed as HARMONICS_TUNING).  The runs alternate A B A B
 ..., so the machine's slow periods hit both sides alike; each run is a separate
 ``python -m emulation run`` under the machine-wide stack lock (taken per run, so other users
@@ -45,7 +46,7 @@ def parse_side(arg: str) -> dict:
     name, _, rest = arg.partition(":")
     if not name:
         raise SystemExit(f"error: --side {arg!r}: give NAME:KEY=VALUE,...")
-    side = {"name": name, "emulation": {}, "iterations": None, "tuning": {}}
+    side = {"name": name, "emulation": {}, "iterations": None, "stagger": None, "tuning": {}}
     for item in filter(None, rest.split(",")):
         k, _, v = item.partition("=")
         if k in EMU_KEYS:
@@ -54,6 +55,8 @@ def parse_side(arg: str) -> dict:
                                     else float(v) if k in FLOAT_KEYS else v)
         elif k == "iterations":
             side["iterations"] = int(v)
+        elif k == "stagger":
+            side["stagger"] = float(v)
         elif k in TUNING_DEFAULTS:
             side["tuning"][k] = int(v)
         else:
@@ -67,6 +70,9 @@ def scenario_for(base: dict, side: dict) -> dict:
     if side["iterations"]:
         for j in sc.get("jobs", []):
             j["iterations"] = side["iterations"]
+    if side.get("stagger") is not None:
+        for k, j in enumerate(sc.get("jobs", [])):
+            j["arrival_s"] = round(k * side["stagger"], 9)
     sc["name"] = f"{sc['name']}-{side['name']}"
     return sc
 

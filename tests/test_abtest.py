@@ -36,3 +36,14 @@ def test_each_side_is_read_in_trace_time_with_its_own_time_scale(tmp_path):
     for line in lines:
         assert "mean iter   56.00 ms" in line, line
         assert "runs 2" in line
+
+
+def test_a_stagger_side_sets_each_jobs_arrival():
+    """``stagger=S``: job k of the scenario arrives k*S trace seconds after the first."""
+    base = {"name": "pair", "emulation": {"time_scale": 10},
+            "jobs": [{"name": "jobA"}, {"name": "jobB"}, {"name": "jobC"}]}
+    sc = abtest.scenario_for(base, abtest.parse_side("s28:stagger=0.028"))
+    assert [j["arrival_s"] for j in sc["jobs"]] == [0.0, 0.028, 0.056]
+    assert sc["name"] == "pair-s28"
+    assert "arrival_s" not in base["jobs"][1]
+    assert "arrival_s" not in abtest.scenario_for(base, abtest.parse_side("b:"))["jobs"][1]
