@@ -285,6 +285,10 @@ def _read(path: Path) -> Tuple[str, Any]:
 
 
 def _validate(path: Path, text: str, data: dict) -> SweepSpec:
+    if "base" not in data and "jobs" in data:
+        raise SweepError(f"{path}: a scenario, not a sweep (a sweep file has base, axes and "
+                         f"policies, e.g. sweeps/oversubscription.yaml; to run one scenario "
+                         f"under every policy: python -m analysis compare {path})")
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as e:

@@ -56,6 +56,14 @@ def test_unknown_key():
     assert err(lambda d: d["cluster"].update(colour="red")) == "cluster.colour: unknown key"
 
 
+def test_a_sweep_file_given_as_a_scenario_says_so():
+    sweep = yaml.safe_load((ROOT / "sweeps" / "oversubscription.yaml").read_text())
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(sweep, "s.yaml")
+    assert str(e.value) == ("s.yaml: a sweep, not a scenario (run it with: python -m analysis "
+                            "sweep s.yaml)")
+
+
 def test_job_on_missing_host():
     m = err(lambda d: d["jobs"][0]["placement"].update(slots=["r0h0", "r5h0"]))
     assert m.startswith("jobs.a.placement.slots:") and "r5h0" in m and "does not exist" in m

@@ -209,6 +209,8 @@ axes:
                   "  scenario: nowhere.yaml\n"), "bad.yaml:3: base.scenario: "),
     (GOOD.replace("axes:\n  cluster.oversubscription: [1, 2]\n", "axes:\n  jobs: []\n"),
      "bad.yaml:7: axes: axis 'jobs' has no values"),
+    ("name: pair\ncluster: {racks: 2}\njobs: []\n",
+     "bad.yaml: a scenario, not a sweep (a sweep file has base, axes and policies"),
 ])
 def test_bad_sweep_files_one_line_exit_2_nothing_written(tmp_path, capsys, text, expect):
     f = _bad(tmp_path, text)

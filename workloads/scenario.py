@@ -215,6 +215,9 @@ def _format_error(err: ValidationError) -> str:
 def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected a mapping at the top level")
+    if "base" in data and "axes" in data and "jobs" not in data:
+        raise ScenarioError(f"{source}: a sweep, not a scenario (run it with: python -m "
+                            f"analysis sweep {source})")
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
