@@ -9,12 +9,18 @@ from .comparison import NORMALISED
 from .results import Report
 from .tables import finite, fmt_ms, fmt_r, fmt_s, md_table, ratio
 
+# the policy table's figures: (comparison row key, column label)
+POLICY_TABLE = [("mean_iter_s", "mean iter s"), ("corun_iter_s", "iter s, all running"),
+                ("p99_iter_s", "p99 iter s"), ("mean_jct_s", "mean JCT s"),
+                ("mean_comm_s", "comm s"), ("mean_slowdown", "slowdown")]
+
+
 def policy_table_md(rep: Report) -> List[str]:
     has_fair = any(r["policy"] == "fair" and r["jobs"] for r in rep.policy_rows)
-    hdr = ["policy", "mean iter s", "p99 iter s", "mean JCT s", "comm s", "slowdown"]
-    if has_fair:
-        hdr = ["policy", "mean iter s", "/ fair", "p99 iter s", "/ fair", "mean JCT s", "/ fair",
-               "comm s", "/ fair", "slowdown", "/ fair"]
+    keys = [k for k, _ in POLICY_TABLE]
+    hdr = ["policy"]
+    for _, label in POLICY_TABLE:
+        hdr += [label] + (["/ fair"] if has_fair else [])
     lim = rep.limit_row is not None
     if lim:
         hdr.insert(hdr.index("mean iter s") + (2 if has_fair else 1), "/ limit")
@@ -22,7 +28,7 @@ def policy_table_md(rep: Report) -> List[str]:
     rows = []
     for r in rep.policy_rows + ([rep.limit_row] if lim else []):
         cells = [r["policy"]]
-        for k in ("mean_iter_s", "p99_iter_s", "mean_jct_s", "mean_comm_s", "mean_slowdown"):
+        for k in keys:
             v = r.get(k, math.nan)
             cells.append(fmt_r(v) if k == "mean_slowdown" else fmt_s(v))
             if has_fair:
@@ -103,20 +109,28 @@ def render_markdown(rep: Report) -> str:
           "isolated iteration time, stretched by the load of its most loaded link group at "
           "isolated pace where that exceeds the capacity (no policy brings every job of that "
           "link below it at once; analysis/limit.py); `/ limit` = mean iteration time / the "
-          "mean of that bound over the same jobs.", ""]
+          "mean of that bound over the same jobs. `iter s, all running`: the mean over only "
+          "the iterations that ran while every job was running (from the last job's first "
+          "measured iteration to the first job's end; runs/summary.py `corun_window`): a run's "
+          "jobs have fixed iteration counts, so a policy that favours one job lets it finish "
+          "first and the others then run alone, which the plain mean counts in; `–` where a "
+          "job had fewer than 3 such iterations.", ""]
     L += policy_table_md(rep)
     if not any(r["policy"] == "fair" and r["jobs"] for r in rep.policy_rows):
         L += ["", "_No fair-sharing results: nothing to normalise to._"]
     L += ["", "## Per job", ""]
     has_fair = rep.fair is not None
     hdr = ["policy", "job", "iterations", "mean iter s", "p99 iter s", "comm s", "JCT s",
-           "isolated s", "slowdown"] + (["mean iter / fair"] if has_fair else []) + ["note"]
+           "isolated s", "slowdown"] + (["mean iter / fair"] if has_fair else []) + [
+           "iter s, all running (iterations)", "note"]
     rows = []
     for r in rep.job_rows:
+        corun = (f"{fmt_s(r['corun_iter_s'])} ({r['corun_iterations']})"
+                 if finite(r["corun_iter_s"]) else "–")
         rows.append([r["policy"], r["job"], str(r["iterations"]), fmt_s(r["mean_iter_s"]),
                      fmt_s(r["p99_iter_s"]), fmt_s(r["mean_comm_s"]), fmt_s(r["jct_s"]),
                      fmt_s(r["isolated_iter_s"]), fmt_r(r["slowdown"])]
-                    + ([fmt_r(r["mean_iter_vs_fair"])] if has_fair else []) + [r["note"]])
+                    + ([fmt_r(r["mean_iter_vs_fair"])] if has_fair else []) + [corun, r["note"]])
     L += md_table(hdr, rows, right=range(2, len(hdr) - 1))
     L += ["", "## Packet-capture check", ""]
     caps = [r for r in rep.runs if r.captures]

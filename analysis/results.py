@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import yaml
 
-from runs.summary import job_summary, steady_from
+from runs.summary import corun_mean, corun_window, job_summary, steady_from
 
 from .captures import PcapCheck, load_captures, priority_check
 from .tables import finite, fmt_s, num, policy_order, ratio, read_csv
@@ -97,6 +97,8 @@ class JobResult:
     slowdown: float = math.nan
     finished: bool = True
     notes: List[str] = field(default_factory=list)
+    corun_iter_s: float = math.nan       # mean iteration while every job ran (runs.summary)
+    corun_iterations: int = 0
 
 
 @dataclass
@@ -197,6 +199,19 @@ def _job_results(run: PolicyRun, sc: ScenarioInfo, summary: Dict[str, dict],
             jr.jct_s = math.nan
             jr.notes.append(f"unfinished ({jr.iterations}/{want} iterations)")
         run.jobs[name] = jr
+    _corun(run, sc)
+
+
+def _corun(run: PolicyRun, sc: ScenarioInfo) -> None:
+    """Every job's mean iteration time while all the run's jobs were running (nan for a
+    job with too few such iterations, and for every job of a one-job run)."""
+    by_job: Dict[str, List[tuple]] = {}
+    for r in run.iterations:
+        by_job.setdefault(r[0], []).append(r)
+    window = corun_window(by_job, sc.arrivals, run.warmup)
+    for name, jr in run.jobs.items():
+        jr.corun_iter_s, jr.corun_iterations = corun_mean(
+            by_job.get(name, []), sc.arrivals.get(name, 0.0), window, run.warmup)
 
 
 def _load_epochs_jsonl(path: Path, ts: float) -> Tuple[List[Epoch], int]:

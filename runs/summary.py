@@ -15,13 +15,16 @@ Rules (the same for both back ends):
     when the caller says so;
   * slowdown_vs_isolated = mean iteration time / the job's isolated iteration time (nan when
     that is unknown or not positive).
+
+The co-run figures (``corun_window``, ``corun_mean``: the report's mean iteration time while
+every job of a run was running) need every job's rows, so the report computes them.
 """
 from __future__ import annotations
 
 import csv
 import io
 import math
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -80,6 +83,51 @@ def summary_row(job: str, policy: str, rows: Sequence[tuple], warmup: int, *,
     return r
 
 
+# the co-run figures: a job's iterations while every job of the run is running
+CORUN_MIN_ITERATIONS = 3     # fewer inside the window: no figure for the job
+
+
+def corun_window(rows_by_job: Mapping[str, Sequence[tuple]], arrivals: Mapping[str, float],
+                 warmup: int) -> Tuple[float, float]:
+    """The interval, in seconds since the run's start (rows are job-relative: a job's times
+    count from its ``arrivals`` entry), in which every job runs past its warm-up: from the
+    latest start of a job's first measured iteration to the earliest end of a job's last
+    iteration.  (nan, nan) with fewer than two jobs; start >= end when they never all ran."""
+    starts, ends = [], []
+    for job, rows in rows_by_job.items():
+        if not rows:
+            continue
+        a = float(arrivals.get(job, 0.0))
+        wu = steady_from(len({r[2] for r in rows}), warmup)
+        measured = [r for r in rows if r[2] >= wu] or list(rows)
+        starts.append(a + min(r[3] for r in measured))
+        ends.append(a + max(r[6] for r in rows))
+    if len(starts) < 2:
+        return NAN, NAN
+    return max(starts), min(ends)
+
+
+def corun_mean(rows: Sequence[tuple], arrival: float, window: Tuple[float, float],
+               warmup: int, min_iterations: int = CORUN_MIN_ITERATIONS) -> Tuple[float, int]:
+    """(mean iteration time, iterations) of a job's measured iterations that lie wholly
+    inside ``window`` (``corun_window``); nan when fewer than ``min_iterations`` do.  Unlike
+    the mean over all measured iterations, it leaves out the iterations a job ran after a
+    competitor had finished (or before one arrived), which a short run with equal iteration
+    counts would otherwise mix in: under strict priority the favoured job finishes first and
+    the other then runs alone."""
+    t0, t1 = window
+    if not (math.isfinite(t0) and math.isfinite(t1)) or t1 <= t0 or not rows:
+        return NAN, 0
+    eps = 1e-9 * max(1.0, abs(t1))
+    wu = steady_from(len({r[2] for r in rows}), warmup)
+    inside = [r for r in rows if r[2] >= wu and arrival + r[3] >= t0 - eps
+              and arrival + r[6] <= t1 + eps]
+    n = len({r[2] for r in inside})
+    if n < min_iterations:
+        return NAN, n
+    return float(np.mean([r[6] - r[3] for r in inside])), n
+
+
 def _cell(x) -> str:
     return f"{x:.6f}" if isinstance(x, float) else str(x)
 
@@ -105,4 +153,5 @@ def read_summary_csv(path: PathLike) -> Dict[str, dict]:
 
 
 __all__: List[str] = ["SUMMARY_COLS", "steady_from", "job_summary", "summary_row",
+                      "CORUN_MIN_ITERATIONS", "corun_window", "corun_mean",
                       "summary_csv_text", "write_summary_csv", "read_summary_csv"]
