@@ -23,22 +23,19 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Set
 
 
-def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = None,
-               payload_fraction: float = 1.0) -> Dict[str, dict]:
-    """job -> {"isolated_s", "rho", "group", "limit_s"}; {} if the scenario cannot be
-    resolved (the report then shows no limit row).  ``payload_fraction``: the share of a
-    link's rate that carries the jobs' bytes (the emulator's frames carry headers too:
-    emulation.qos.TCP_PAYLOAD_PER_FRAME; 1 for the fluid simulator)."""
+def _groups(scenario_yaml: Path):
+    """(resolved scenario, cluster state, group capacities at payload 1, job -> {group: bytes
+    per iteration}); None if the scenario cannot be resolved."""
     try:
         from scheduling import state_from_scenario
         from scheduling.links import job_link_bytes, link_capacities
         from workloads.scenario import load_scenario, resolve
         rs = resolve(load_scenario(scenario_yaml))
     except Exception:          # a report must not fail on a scenario of another schema
-        return {}
+        return None
     st = state_from_scenario(rs)
     cl = st.cluster
     cap = link_capacities(cl)
@@ -54,8 +51,42 @@ def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = No
     gcap: Dict[tuple, float] = {}
     for link in cl.links:
         g = group(link.index)
-        gcap[g] = gcap.get(g, 0.0) + cap[link.index] * payload_fraction
-    iso, use, life = {}, {}, {}
+        gcap[g] = gcap.get(g, 0.0) + cap[link.index]
+    use: Dict[str, Dict[tuple, float]] = {}
+    for js in st.jobs:
+        b, _ = job_link_bytes(js, cl)
+        per: Dict[tuple, float] = {}
+        for l, x in b.items():
+            g = group(l)
+            per[g] = per.get(g, 0.0) + x
+        use[js.name] = per
+    return rs, st, gcap, use
+
+
+def link_neighbours(scenario_yaml: Path) -> Dict[str, Set[str]]:
+    """job -> the other jobs that use one of its link groups (a host link in one direction,
+    or the uplinks of a rack in one direction: independent of the spines a policy picks);
+    {} if the scenario cannot be resolved."""
+    g = _groups(scenario_yaml)
+    if g is None:
+        return {}
+    use = g[3]
+    return {n: {m for m in use if m != n and any(x in use[m] for x in per)}
+            for n, per in use.items()}
+
+
+def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = None,
+               payload_fraction: float = 1.0) -> Dict[str, dict]:
+    """job -> {"isolated_s", "rho", "group", "limit_s"}; {} if the scenario cannot be
+    resolved (the report then shows no limit row).  ``payload_fraction``: the share of a
+    link's rate that carries the jobs' bytes (the emulator's frames carry headers too:
+    emulation.qos.TCP_PAYLOAD_PER_FRAME; 1 for the fluid simulator)."""
+    g = _groups(scenario_yaml)
+    if g is None:
+        return {}
+    rs, st, gcap, use = g
+    gcap = {k: v * payload_fraction for k, v in gcap.items()}
+    iso, life = {}, {}
     arrivals = {j.name: j.spec.arrival_s for j in rs.jobs}
     iters = {j.name: j.spec.iterations for j in rs.jobs}
     for js in st.jobs:
@@ -63,12 +94,6 @@ def job_limits(scenario_yaml: Path, isolated: Optional[Mapping[str, float]] = No
         if not (t0 > 0):
             t0 = js.iso_iter_s
         iso[js.name] = t0
-        b, _ = job_link_bytes(js, cl)
-        per: Dict[tuple, float] = {}
-        for l, x in b.items():
-            g = group(l)
-            per[g] = per.get(g, 0.0) + x
-        use[js.name] = per
         a = arrivals.get(js.name, 0.0)
         life[js.name] = (a, a + iters.get(js.name, 1) * t0)
     out = {}

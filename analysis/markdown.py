@@ -109,9 +109,9 @@ def render_markdown(rep: Report) -> str:
           "isolated iteration time, stretched by the load of its most loaded link group at "
           "isolated pace where that exceeds the capacity (no policy brings every job of that "
           "link below it at once; analysis/limit.py); `/ limit` = mean iteration time / the "
-          "mean of that bound over the same jobs. `iter s, all running`: the mean over only "
-          "the iterations that ran while every job was running (from the last job's first "
-          "measured iteration to the first job's end; runs/summary.py `corun_window`): a run's "
+          "mean of that bound over the same jobs. `iter s, all running`: a job's mean over only "
+          "the iterations that ran while every job sharing one of its links was running "
+          "(docs/experiments.md; runs/summary.py `corun_window`): a run's "
           "jobs have fixed iteration counts, so a policy that favours one job lets it finish "
           "first and the others then run alone, which the plain mean counts in; `–` where a "
           "job had fewer than 3 such iterations.", ""]

@@ -28,8 +28,8 @@ Conventions (the same as the back ends' summary.csv):
     ("isolated") or else summary.csv (mean_iter_s / slowdown_vs_isolated), slowdown =
     mean iteration time / isolated iteration time; a job with fewer iterations than the
     scenario asks for is unfinished (no JCT); corun_iter_s = the mean iteration time over
-    only the iterations that ran while every job of the run was running (runs.summary
-    ``corun_window``: from the last job's first measured iteration to the first job's end;
+    only the iterations that ran while every job sharing a link group with it was running
+    (runs.summary ``corun_window`` over the job and its ``analysis.limit.link_neighbours``;
     nan with fewer than 3 such iterations), per policy only when every job has one;
   * per policy: the mean over jobs of each of these; makespan = last job end; "/ fair" =
     the policy's value divided by fair sharing's;

@@ -47,10 +47,19 @@ class ScenarioInfo:
     host_link_gbps: float = math.nan
     arrivals: Dict[str, float] = field(default_factory=dict)     # trace s
     iterations: Dict[str, int] = field(default_factory=dict)
+    path: Optional[Path] = None
 
     @property
     def bytes_scale(self) -> float:
         return self.bandwidth_scale / self.time_scale
+
+    def neighbours(self) -> Dict[str, set]:
+        """job -> the jobs sharing one of its link groups (analysis.limit.link_neighbours,
+        computed once); {} when the scenario cannot be resolved."""
+        if "_neighbours" not in self.__dict__:
+            from .limit import link_neighbours
+            self.__dict__["_neighbours"] = link_neighbours(self.path) if self.path else {}
+        return self.__dict__["_neighbours"]
 
 
 def read_scenario_info(path: Path) -> ScenarioInfo:
@@ -78,7 +87,8 @@ def read_scenario_info(path: Path) -> ScenarioInfo:
         gpus=hosts * int(cl.get("gpus_per_host", 1) or 1),
         uplink_gbps=num(cl.get("uplink_gbps")), host_link_gbps=num(cl.get("host_link_gbps")),
         arrivals={j["name"]: float(j.get("arrival_s", 0.0) or 0.0) for j in jobs},
-        iterations={j["name"]: int(j["iterations"]) for j in jobs if "iterations" in j})
+        iterations={j["name"]: int(j["iterations"]) for j in jobs if "iterations" in j},
+        path=Path(path))
 
 
 # ---------------------------------------------------------------------------
@@ -203,15 +213,24 @@ def _job_results(run: PolicyRun, sc: ScenarioInfo, summary: Dict[str, dict],
 
 
 def _corun(run: PolicyRun, sc: ScenarioInfo) -> None:
-    """Every job's mean iteration time while all the run's jobs were running (nan for a
-    job with too few such iterations, and for every job of a one-job run)."""
+    """Every job's mean iteration time while every job it shares a link group with was
+    running (all the run's jobs when the scenario cannot be resolved; a job that shares
+    nothing: its plain mean; nan for a job with too few such iterations)."""
     by_job: Dict[str, List[tuple]] = {}
     for r in run.iterations:
         by_job.setdefault(r[0], []).append(r)
-    window = corun_window(by_job, sc.arrivals, run.warmup)
+    nb = sc.neighbours()
     for name, jr in run.jobs.items():
+        rows = by_job.get(name, [])
+        peers = nb.get(name) if nb else set(by_job) - {name}
+        peers = {m for m in (peers or ()) if by_job.get(m)}
+        if not peers:
+            jr.corun_iter_s = jr.mean_iter_s
+            jr.corun_iterations = len({r[2] for r in rows if r[2] >= run.steady_from(name)})
+            continue
+        window = corun_window({m: by_job[m] for m in peers | {name}}, sc.arrivals, run.warmup)
         jr.corun_iter_s, jr.corun_iterations = corun_mean(
-            by_job.get(name, []), sc.arrivals.get(name, 0.0), window, run.warmup)
+            rows, sc.arrivals.get(name, 0.0), window, run.warmup)
 
 
 def _load_epochs_jsonl(path: Path, ts: float) -> Tuple[List[Epoch], int]:

@@ -78,3 +78,36 @@ def test_strict_priority_on_the_pair_looks_better_than_it_is_in_the_plain_mean(t
     assert 1.8 < ratio < 2.2, ratio
     assert int(jobs["crux", other]["corun_iterations"]) < int(jobs["crux", other]["iterations"]) - 10
     assert "iter s, all running" in (out / "comparison.md").read_text()
+
+
+def test_link_neighbours_are_the_jobs_on_a_shared_link_group():
+    from analysis.limit import link_neighbours
+    nb = link_neighbours(REPO / "scenarios" / "four-racks.yaml")
+    # the rack-local ring shares host NICs with dp-b and the MoE job, and no uplink
+    assert nb["local"] == {"dp-b", "moe"}
+    assert "local" not in nb["dp-a"] and nb["dp-a"] >= {"dp-b", "dp-c"}
+    assert all(n in nb[m] for n, ms in nb.items() for m in ms)       # symmetric
+    assert link_neighbours(REPO / "nowhere.yaml") == {}
+
+
+def test_each_job_is_windowed_with_its_own_neighbours(tmp_path):
+    """A job's window closes when the first of *its* neighbours ends: a short job that shares
+    nothing with it does not cut it; a job that shares nothing keeps its plain mean."""
+    from analysis.results import JobResult, PolicyRun, ScenarioInfo, _corun
+    a, b = _rows("A", [2.0] * 5), _rows("B", [2.0] * 5 + [1.0] * 10)    # B alone after A ends
+    c = _rows("C", [0.5] * 8)                                          # short, shares nothing
+    run = PolicyRun("p", tmp_path, iterations=a + b + c, warmup=1)
+    for n, rows in (("A", a), ("B", b), ("C", c)):
+        run.jobs[n] = JobResult(n, mean_iter_s=float(np.mean([r[6] - r[3] for r in rows if r[2] >= 1])))
+    sc = ScenarioInfo()
+    sc.__dict__["_neighbours"] = {"A": {"B"}, "B": {"A"}, "C": set()}
+    _corun(run, sc)
+    assert (run.jobs["B"].corun_iter_s, run.jobs["B"].corun_iterations) == (2.0, 4)
+    assert (run.jobs["A"].corun_iter_s, run.jobs["A"].corun_iterations) == (2.0, 4)
+    assert run.jobs["C"].corun_iter_s == run.jobs["C"].mean_iter_s == 0.5
+    # without neighbours (an unresolvable scenario) every job is windowed with all: C's end
+    # at 4 s leaves A and B too few iterations
+    sc2 = ScenarioInfo()
+    sc2.__dict__["_neighbours"] = {}
+    _corun(run, sc2)
+    assert math.isnan(run.jobs["A"].corun_iter_s) and math.isnan(run.jobs["B"].corun_iter_s)
