@@ -14,10 +14,11 @@ POLICY_COLS = ["policy", "status", "jobs", "jobs_finished", "mean_iter_s", "p99_
                "mean_jct_s", "makespan_s", "mean_comm_s", "mean_slowdown",
                "mean_iter_vs_fair", "p99_iter_vs_fair", "jct_vs_fair", "comm_vs_fair",
                "slowdown_vs_fair", "decision_ms_mean", "decision_ms_max", "epochs",
-               "mean_iter_vs_limit", "fidelity", "corun_iter_s", "corun_iter_vs_fair"]
+               "mean_iter_vs_limit", "fidelity", "corun_iter_s", "corun_iter_vs_fair",
+               "corun_slowdown", "corun_slowdown_vs_fair"]
 JOB_COLS = ["policy", "job", "iterations", "mean_iter_s", "p99_iter_s", "mean_comm_s", "jct_s",
             "isolated_iter_s", "slowdown", "mean_iter_vs_fair", "corun_iter_s",
-            "corun_iterations", "corun_iter_vs_fair", "note"]
+            "corun_iterations", "corun_iter_vs_fair", "corun_slowdown", "note"]
 LIMIT_COLS = ["job", "isolated_s", "rho", "group", "limit_s"]
 PCAP_JOB_COLS = ["policy", "link", "job", "trace_mb", "share", "peak_gbps", "dscp"]
 PCAP_CHECK_COLS = ["policy", "link", "higher_job", "lower_job", "same_class", "epochs",
@@ -27,8 +28,14 @@ PCAP_CHECK_COLS = ["policy", "link", "higher_job", "lower_job", "same_class", "e
 # metric -> its "/ fair" column
 NORMALISED = {"mean_iter_s": "mean_iter_vs_fair", "p99_iter_s": "p99_iter_vs_fair",
               "mean_jct_s": "jct_vs_fair", "mean_comm_s": "comm_vs_fair",
-              "mean_slowdown": "slowdown_vs_fair", "corun_iter_s": "corun_iter_vs_fair"}
+              "mean_slowdown": "slowdown_vs_fair", "corun_iter_s": "corun_iter_vs_fair",
+              "corun_slowdown": "corun_slowdown_vs_fair"}
 
+
+
+def _all_or_nan(xs) -> float:
+    """The mean, or nan unless every value is finite (a mean over the same jobs or none)."""
+    return float(np.mean(xs)) if xs and all(finite(x) for x in xs) else math.nan
 
 
 def _policy_row(run: PolicyRun) -> dict:
@@ -41,9 +48,9 @@ def _policy_row(run: PolicyRun) -> dict:
            "mean_jct_s": mean_finite(j.jct_s for j in fin),
            "mean_comm_s": mean_finite(j.mean_comm_s for j in js),
            "mean_slowdown": mean_finite(j.slowdown for j in js),
-           # while every job ran: a figure only when every job has one (the same jobs)
-           "corun_iter_s": (float(np.mean([j.corun_iter_s for j in js]))
-                            if js and all(finite(j.corun_iter_s) for j in js) else math.nan),
+           # while its neighbours ran: a figure only when every job has one (the same jobs)
+           "corun_iter_s": _all_or_nan([j.corun_iter_s for j in js]),
+           "corun_slowdown": _all_or_nan([ratio(j.corun_iter_s, j.isolated_iter_s) for j in js]),
            "decision_ms_mean": float(ms.mean()) if len(ms) else math.nan,
            "decision_ms_max": float(ms.max()) if len(ms) else math.nan,
            "epochs": len(ms), "fidelity": run.fidelity}
@@ -76,6 +83,7 @@ def build_tables(rep: Report) -> None:
                           "mean_iter_vs_fair": ratio(j.mean_iter_s, fj.mean_iter_s) if fj else math.nan,
                           "corun_iter_s": j.corun_iter_s, "corun_iterations": j.corun_iterations,
                           "corun_iter_vs_fair": ratio(j.corun_iter_s, fj.corun_iter_s) if fj else math.nan,
+                          "corun_slowdown": ratio(j.corun_iter_s, j.isolated_iter_s),
                           "note": "; ".join(j.notes)})
     rep.job_rows = jrows
     prow, crow = [], []

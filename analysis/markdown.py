@@ -12,7 +12,8 @@ from .tables import finite, fmt_ms, fmt_r, fmt_s, md_table, ratio
 # the policy table's figures: (comparison row key, column label)
 POLICY_TABLE = [("mean_iter_s", "mean iter s"), ("corun_iter_s", "iter s, all running"),
                 ("p99_iter_s", "p99 iter s"), ("mean_jct_s", "mean JCT s"),
-                ("mean_comm_s", "comm s"), ("mean_slowdown", "slowdown")]
+                ("mean_comm_s", "comm s"), ("mean_slowdown", "slowdown"),
+                ("corun_slowdown", "slowdown, all running")]
 
 
 def policy_table_md(rep: Report) -> List[str]:
@@ -30,7 +31,7 @@ def policy_table_md(rep: Report) -> List[str]:
         cells = [r["policy"]]
         for k in keys:
             v = r.get(k, math.nan)
-            cells.append(fmt_r(v) if k == "mean_slowdown" else fmt_s(v))
+            cells.append(fmt_r(v) if k in ("mean_slowdown", "corun_slowdown") else fmt_s(v))
             if has_fair:
                 cells.append(fmt_r(r.get(NORMALISED[k], math.nan)) if r is not rep.limit_row
                              else fmt_r(ratio(v, next(x[k] for x in rep.policy_rows
@@ -111,7 +112,8 @@ def render_markdown(rep: Report) -> str:
           "link below it at once; analysis/limit.py); `/ limit` = mean iteration time / the "
           "mean of that bound over the same jobs. `iter s, all running`: a job's mean over only "
           "the iterations that ran while every job sharing one of its links was running "
-          "(docs/experiments.md; runs/summary.py `corun_window`): a run's "
+          "(docs/experiments.md; runs/summary.py `corun_window`), and `slowdown, all running` "
+          "the same over the job's isolated time: a run's "
           "jobs have fixed iteration counts, so a policy that favours one job lets it finish "
           "first and the others then run alone, which the plain mean counts in; `–` where a "
           "job had fewer than 3 such iterations.", ""]

@@ -43,7 +43,8 @@ REPEATS_JSON = "repeats.json"
 RATIOS = [("mean_iter_vs_fair", "iter / fair"), ("p99_iter_vs_fair", "p99 / fair"),
           ("jct_vs_fair", "JCT / fair"), ("comm_vs_fair", "comm / fair"),
           ("slowdown_vs_fair", "slowdown / fair"),
-          ("corun_iter_vs_fair", "iter all running / fair")]
+          ("corun_iter_vs_fair", "iter all running / fair"),
+          ("corun_slowdown_vs_fair", "slowdown all running / fair")]
 METRICS = list(NORMALISED) + [c for c, _ in RATIOS] + ["decision_ms_mean"]
 REPEAT_COLS = ["policy", "metric", "runs", "mean", "std", "ci95_low", "ci95_high", "runs_below_1"]
 _RUN_DIR = re.compile(r"^run(\d+)$")

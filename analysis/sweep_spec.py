@@ -40,7 +40,8 @@ class _Strict(BaseModel):
 
 # comparison.csv columns (analysis.comparison.POLICY_COLS) a sweep can aggregate
 METRICS = ["mean_iter_s", "p99_iter_s", "mean_jct_s", "makespan_s", "mean_comm_s", "mean_slowdown",
-           "jobs_finished", "decision_ms_mean", "decision_ms_max", "epochs", "corun_iter_s"]
+           "jobs_finished", "decision_ms_mean", "decision_ms_max", "epochs", "corun_iter_s",
+           "corun_slowdown"]
 DEFAULT_METRICS = ["mean_iter_s", "p99_iter_s", "mean_jct_s", "mean_slowdown"]
 Scalar = Union[bool, int, float, str]
 

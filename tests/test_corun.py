@@ -69,6 +69,11 @@ def test_strict_priority_on_the_pair_looks_better_than_it_is_in_the_plain_mean(t
         jobs = {(r["policy"], r["job"]): r for r in csv.DictReader(fh)}
     plain, corun = float(pol["crux"]["mean_iter_vs_fair"]), float(pol["crux"]["corun_iter_vs_fair"])
     assert corun > plain + 0.10, (plain, corun)   # the alone tail flatters Crux by >10 points
+    # the slowdown while both run: each job's co-run mean over its isolated time
+    iso = {j: float(jobs["crux", j]["isolated_iter_s"]) for j in ("jobA", "jobB")}
+    want = np.mean([float(jobs["crux", j]["corun_iter_s"]) / iso[j] for j in iso])
+    assert abs(float(pol["crux"]["corun_slowdown"]) - want) < 1e-5 * want
+    assert float(pol["crux"]["corun_slowdown_vs_fair"]) > float(pol["crux"]["slowdown_vs_fair"]) + 0.10
     # fair sharing keeps both jobs running to the end: its two figures agree
     assert abs(float(pol["fair"]["corun_iter_s"]) / float(pol["fair"]["mean_iter_s"]) - 1) < 0.03
     # the favoured job ran (almost) alone throughout; the other at two of its periods
@@ -77,7 +82,8 @@ def test_strict_priority_on_the_pair_looks_better_than_it_is_in_the_plain_mean(t
     ratio = float(jobs["crux", other]["corun_iter_s"]) / float(jobs["crux", fav]["corun_iter_s"])
     assert 1.8 < ratio < 2.2, ratio
     assert int(jobs["crux", other]["corun_iterations"]) < int(jobs["crux", other]["iterations"]) - 10
-    assert "iter s, all running" in (out / "comparison.md").read_text()
+    md = (out / "comparison.md").read_text()
+    assert "iter s, all running" in md and "slowdown, all running" in md
 
 
 def test_link_neighbours_are_the_jobs_on_a_shared_link_group():
