@@ -180,13 +180,42 @@ def render_markdown(rep: Report) -> str:
     return "\n".join(L).rstrip() + "\n"
 
 
+def summary_table_md(rep: Report) -> List[str]:
+    """The policy table for a terminal: the mean iteration time, the mean slowdown, each
+    with its ratio to fair over all measured iterations and while every neighbour ran, the
+    tail and the JCT as ratios, the decision time and the status (comparison.md has all)."""
+    has_fair = any(r["policy"] == "fair" and r["jobs"] for r in rep.policy_rows)
+    lim = rep.limit_row
+    fair_row = next((x for x in rep.policy_rows if x["policy"] == "fair"), None)
+    hdr = ["policy", "mean iter s"] + (["/ fair", "all running / fair"] if has_fair else []) \
+        + ["slowdown"] + (["/ fair", "all running / fair", "p99 / fair", "JCT / fair"]
+                          if has_fair else []) + ["decision ms (mean)", "status"]
+    rows = []
+    for r in rep.policy_rows + ([lim] if lim is not None else []):
+        ratio_of = (lambda k: fmt_r(ratio(r.get(k, math.nan), fair_row[k]))) if r is lim else \
+            (lambda k: fmt_r(r.get(NORMALISED[k], math.nan)))
+        cells = [r["policy"], fmt_s(r.get("mean_iter_s", math.nan))]
+        if has_fair:
+            cells += [ratio_of("mean_iter_s"), ratio_of("corun_iter_s")]
+        cells.append(fmt_r(r.get("mean_slowdown", math.nan)))
+        if has_fair:
+            cells += [ratio_of("mean_slowdown"), ratio_of("corun_slowdown"),
+                      ratio_of("p99_iter_s"), ratio_of("mean_jct_s")]
+        cells += [fmt_ms(r.get("decision_ms_mean", math.nan)) if r.get("epochs") else "–",
+                  r["status"]]
+        rows.append(cells)
+    return md_table(hdr, rows, right=range(1, len(hdr) - 1))
+
+
 def summary_text(rep: Report) -> str:
     """What a run prints at the end: the policy table and the capture check."""
     L = [f"{rep.scenario.name}: {len(rep.runs)} policies", ""]
     fl = fidelity_lines(rep)
     if fl:
         L += ["fidelity:"] + [f"  {x}" for x in fl] + [""]
-    L += policy_table_md(rep)
+    L += summary_table_md(rep)
+    L += ["", "(all running: only the iterations while every job sharing a link with the job "
+          "ran; comparison.md has every column)"]
     if rep.pcap_check_rows:
         L += ["", "packet-capture check (higher class got more bytes on the bottleneck link?):", ""]
         L += check_table_md(rep)
