@@ -32,7 +32,6 @@ NORMALISED = {"mean_iter_s": "mean_iter_vs_fair", "p99_iter_s": "p99_iter_vs_fai
               "corun_slowdown": "corun_slowdown_vs_fair"}
 
 
-
 def _all_or_nan(xs) -> float:
     """The mean, or nan unless every value is finite (a mean over the same jobs or none)."""
     return float(np.mean(xs)) if xs and all(finite(x) for x in xs) else math.nan

@@ -107,7 +107,7 @@ class JobResult:
     slowdown: float = math.nan
     finished: bool = True
     notes: List[str] = field(default_factory=list)
-    corun_iter_s: float = math.nan       # mean iteration while every job ran (runs.summary)
+    corun_iter_s: float = math.nan       # mean iteration while its link neighbours ran (_corun)
     corun_iterations: int = 0
 
 
