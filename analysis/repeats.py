@@ -235,8 +235,19 @@ def verdicts(res: dict) -> List[str]:
         fc = fidelity_cell(res, p)
         out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (95% CI "
                    f"{fmt_r(r['ci95_low'])}-{fmt_r(r['ci95_high'])}), {word} fair's at the 95% level; below fair in "
-                   f"{r['runs_below_1']} of {r['runs']} runs" + (f"; fidelity {fc}" if fc != "–" else ""))
+                   f"{r['runs_below_1']} of {r['runs']} runs" + _corun_clause(res["stats"][p, "corun_iter_vs_fair"])
+                   + (f"; fidelity {fc}" if fc != "–" else ""))
     return out
+
+
+def _corun_clause(c: dict) -> str:
+    """The same verdict on the iterations run while every job's link neighbours ran, when
+    that figure exists in at least two runs."""
+    if c["runs"] < 2 or not math.isfinite(c["ci95_low"]):
+        return ""
+    word = {-1: "shorter than", 1: "longer than", 0: "not different from"}[_side(c)]
+    return (f"; while every job's link neighbours run {fmt_r(c['mean'])}x (95% CI "
+            f"{fmt_r(c['ci95_low'])}-{fmt_r(c['ci95_high'])}), {word} fair's")
 
 
 def render_markdown(res: dict, info: dict, plot: Optional[str]) -> str:

@@ -117,3 +117,33 @@ def test_each_job_is_windowed_with_its_own_neighbours(tmp_path):
     sc2.__dict__["_neighbours"] = {}
     _corun(run, sc2)
     assert math.isnan(run.jobs["A"].corun_iter_s) and math.isnan(run.jobs["B"].corun_iter_s)
+
+
+def test_the_series_verdict_gives_the_co_run_ratio_beside_the_plain_one(tmp_path):
+    """repeats.md's verdict line: Crux's plain mean is not different from fair's, while every
+    job's neighbours run it is longer; a policy without co-run figures gets no clause."""
+    import json
+    from analysis.report import POLICY_COLS
+    from analysis.repeats import aggregate
+    d = tmp_path / "rep"
+    d.mkdir()
+    (d / "repeats.json").write_text(json.dumps({"scenario": "x", "runs": 3, "command": "c"}))
+    for k, (plain, corun) in enumerate([(0.95, 1.15), (1.02, 1.21), (0.99, 1.18)], 1):
+        rd = d / f"run{k}"
+        rd.mkdir()
+        rows = [{"policy": "fair", "status": "ok", "mean_iter_s": 0.05, "mean_iter_vs_fair": 1.0,
+                 "corun_iter_vs_fair": 1.0},
+                {"policy": "crux", "status": "ok", "mean_iter_s": 0.05 * plain,
+                 "mean_iter_vs_fair": plain, "corun_iter_vs_fair": corun},
+                {"policy": "cassini", "status": "ok", "mean_iter_s": 0.045, "mean_iter_vs_fair": 0.9}]
+        with open(rd / "comparison.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, POLICY_COLS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+    aggregate(d, plots=False)
+    lines = {l.split(":")[0][2:]: l for l in (d / "repeats.md").read_text().splitlines()
+             if l.startswith("- ")}
+    assert "not different from fair's at the 95% level" in lines["crux"]
+    assert "while every job's link neighbours run 1.180x" in lines["crux"]
+    assert lines["crux"].endswith("longer than fair's")
+    assert "neighbours" not in lines["cassini"]
