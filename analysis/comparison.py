@@ -87,6 +87,10 @@ def build_tables(rep: Report) -> None:
     rep.job_rows = jrows
     prow, crow = [], []
     for run in rep.runs:
+        if run.kept_pcap is not None:
+            prow += run.kept_pcap[0]
+            crow += run.kept_pcap[1]
+            continue
         if not run.bottleneck:
             continue
         an = run.captures[run.bottleneck]

@@ -135,7 +135,7 @@ def render_markdown(rep: Report) -> str:
                     + ([fmt_r(r["mean_iter_vs_fair"])] if has_fair else []) + [corun, r["note"]])
     L += md_table(hdr, rows, right=range(2, len(hdr) - 1))
     L += ["", "## Packet-capture check", ""]
-    caps = [r for r in rep.runs if r.captures]
+    caps = [r for r in rep.runs if r.captures or r.kept_pcap is not None]
     if not caps:
         L.append("No packet captures in these results (the simulator writes none; the emulator "
                  "writes captures/*.pcap unless `emulation.capture: [none]`).")
@@ -145,6 +145,10 @@ def render_markdown(rep: Report) -> str:
               f"(x bytes_scale = {sc.bytes_scale:g}); DSCP = packets per DSCP value seen "
               "(the class marking the controller installed; 0 = best effort).", ""]
         for run in caps:
+            if run.kept_pcap is not None:
+                link = next(r["link"] for r in run.kept_pcap[0] + run.kept_pcap[1])
+                L.append(f"- **{run.policy}**: bottleneck `{link}` ({run.capture_note})")
+                continue
             an_load = {k: sum(j.bytes for j in an.jobs.values()) * sc.bytes_scale / 1e6
                        for k, an in run.captures.items()}
             L.append(f"- **{run.policy}**: bottleneck `{run.bottleneck}`; captured links (trace MB): "

@@ -371,6 +371,9 @@ def plot_phase(rep: Report, path: Path) -> bool:
 def make_plots(rep: Report) -> None:
     d = rep.dir / "plots"
     d.mkdir(exist_ok=True)
+    # captures pruned: the throughput plot an earlier report drew from them is kept
+    kept = (d / "link_throughput.png").read_bytes() if (
+        any(r.kept_pcap is not None for r in rep.runs) and (d / "link_throughput.png").is_file()) else None
     for f in d.glob("*.png"):              # a plot that no longer applies must not linger
         f.unlink()
     caption = {}
@@ -386,6 +389,10 @@ def make_plots(rep: Report) -> None:
         caption["plots/link_throughput.png"] = "Load of the most loaded link (simulator, all jobs together)"
         rep.plot_notes.append("link throughput: the simulator writes no captures and its links.csv is "
                               "not split per job, so the plot shows the most loaded link's total load.")
+    elif kept is not None:
+        (d / "link_throughput.png").write_bytes(kept)
+        caption["plots/link_throughput.png"] = ("Per-job throughput on the bottleneck link, drawn by "
+                                                "an earlier report from the captures (since pruned)")
     else:
         rep.plot_notes.append("link throughput: no captures and no links.csv, no plot.")
     if plot_phase(rep, d / "phase.png"):

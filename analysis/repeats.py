@@ -306,7 +306,7 @@ def plot_repeats(res: dict, path: Path) -> Optional[str]:
             err[1].append(r["ci95_high"] - r["mean"] if fin else 0.0)
         ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=3, color=policy_color(p, i), label=p)
     ax.axhline(1.0, color="#7f7f7f", ls="--", lw=1, label="fair")
-    ax.set_xticks(range(len(RATIOS)), [h for _, h in RATIOS])
+    ax.set_xticks(range(len(RATIOS)), [h.replace(" all running", "\nall running") for _, h in RATIOS])
     ax.set_ylabel("policy / fair (paired, 95% CI)")
     ax.set_title(f"{res['scenario']}: {res['runs']} runs")
     ax.legend(fontsize=8, ncol=min(len(pols) + 1, 3))

@@ -138,6 +138,9 @@ class PolicyRun:
     capture_note: str = ""
     pcap_t0: Optional[float] = None
     checks: List[PcapCheck] = field(default_factory=list)
+    # captures pruned (committed references): the rows an earlier report drew from them,
+    # (pcap_jobs rows, pcap_check rows) with their figures typed
+    kept_pcap: Optional[Tuple[List[dict], List[dict]]] = None
     links: List[dict] = field(default_factory=list)             # simulator's links.csv
     notes: List[str] = field(default_factory=list)
     warmup: int = WARMUP_ITERATIONS                             # iterations left out per job
@@ -267,6 +270,40 @@ def _load_epochs_csv(path: Path) -> List[Epoch]:
     return list(by.values())
 
 
+# the typed columns of pcap_jobs.csv / pcap_check.csv (the others stay text)
+_PCAP_FLOATS = {"trace_mb", "share", "peak_gbps", "epoch_seconds", "higher_mb_epochs",
+                "lower_mb_epochs", "bin_s", "higher_mb_both", "lower_mb_both",
+                "higher_gbps_both", "lower_gbps_both"}
+_PCAP_INTS = {"epochs", "bins_both", "bins_higher_more"}
+
+
+def _typed_pcap_row(r: dict) -> dict:
+    out = dict(r)
+    for k, v in r.items():
+        if k in _PCAP_FLOATS:
+            out[k] = num(v)
+        elif k in _PCAP_INTS:
+            x = num(v)
+            out[k] = int(x) if finite(x) else v
+        elif k == "same_class":
+            out[k] = v == "True"
+    return out
+
+
+def _kept_capture_rows(run: PolicyRun, d: Path) -> None:
+    """A run whose captures were pruned (the committed references keep no pcaps): the rows
+    the report drew from them before, from DIR/pcap_jobs.csv and pcap_check.csv, so that
+    reporting the directory again keeps them."""
+    rows = {}
+    for name in ("pcap_jobs.csv", "pcap_check.csv"):
+        f = d / name
+        rows[name] = ([_typed_pcap_row(r) for r in read_csv(f) if r.get("policy") == run.policy]
+                      if f.is_file() else [])
+    if rows["pcap_jobs.csv"] or rows["pcap_check.csv"]:
+        run.kept_pcap = (rows["pcap_jobs.csv"], rows["pcap_check.csv"])
+        run.capture_note = "captures pruned: these rows are an earlier report's"
+
+
 def load_policy_run(path: Path, policy: str, sc: ScenarioInfo, compare_rec: Optional[dict],
                     bin_trace_s: float) -> PolicyRun:
     run = PolicyRun(policy, path)
@@ -316,6 +353,8 @@ def load_policy_run(path: Path, policy: str, sc: ScenarioInfo, compare_rec: Opti
     if (path / "links.csv").exists():
         run.links = read_csv(path / "links.csv")
     load_captures(run, sc, bin_trace_s)
+    if run.backend == "emulation" and not run.captures and not (path / "captures").is_dir():
+        _kept_capture_rows(run, path.parent)
     run.checks = priority_check(run, sc)
     unfinished = sum(1 for j in run.jobs.values() if not j.finished)
     if unfinished and not run.failed:

@@ -308,3 +308,23 @@ def test_compare_on_the_simulator(tmp_path):
     assert float(pol["harmonics"]["decision_ms_mean"]) > 0
     assert "[2/2] harmonics ok" in r.stderr and "| harmonics |" in r.stdout
     assert (out / "plots" / "link_throughput.png").stat().st_size > 10_000
+
+
+def test_reporting_again_after_the_captures_were_pruned_keeps_their_tables(sample):
+    """The committed references keep no pcaps: reporting such a directory again keeps the
+    rows (and the throughput plot) the earlier report drew from the captures."""
+    assert generate_report(sample).pcap_check_rows
+    before = {n: (sample / n).read_bytes() for n in ("pcap_jobs.csv", "pcap_check.csv")}
+    plot = (sample / "plots" / "link_throughput.png").read_bytes()
+    for pol in ("fair", "harmonics"):
+        shutil.rmtree(sample / pol / "captures")
+    rep = generate_report(sample)
+    assert {n: (sample / n).read_bytes() for n in before} == before
+    assert (sample / "plots" / "link_throughput.png").read_bytes() == plot
+    md = (sample / "comparison.md").read_text()
+    assert "captures pruned: these rows are an earlier report's" in md
+    assert any(r["verdict"] == "yes" for r in rep.pcap_check_rows)
+    # a directory that never had captures still gets none
+    for n in before:
+        (sample / n).unlink()
+    assert not generate_report(sample, plots=False).pcap_check_rows
