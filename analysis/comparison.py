@@ -49,7 +49,7 @@ def _policy_row(run: PolicyRun) -> dict:
            "mean_slowdown": mean_finite(j.slowdown for j in js),
            # while its neighbours ran: a figure only when every job has one (the same jobs)
            "corun_iter_s": _all_or_nan([j.corun_iter_s for j in js]),
-           "corun_slowdown": _all_or_nan([ratio(j.corun_iter_s, j.isolated_iter_s) for j in js]),
+           "corun_slowdown": _all_or_nan([j.corun_slowdown for j in js]),
            "decision_ms_mean": float(ms.mean()) if len(ms) else math.nan,
            "decision_ms_max": float(ms.max()) if len(ms) else math.nan,
            "epochs": len(ms), "fidelity": run.fidelity}
@@ -82,7 +82,7 @@ def build_tables(rep: Report) -> None:
                           "mean_iter_vs_fair": ratio(j.mean_iter_s, fj.mean_iter_s) if fj else math.nan,
                           "corun_iter_s": j.corun_iter_s, "corun_iterations": j.corun_iterations,
                           "corun_iter_vs_fair": ratio(j.corun_iter_s, fj.corun_iter_s) if fj else math.nan,
-                          "corun_slowdown": ratio(j.corun_iter_s, j.isolated_iter_s),
+                          "corun_slowdown": j.corun_slowdown,
                           "note": "; ".join(j.notes)})
     rep.job_rows = jrows
     prow, crow = [], []

@@ -46,6 +46,8 @@ RATIOS = [("mean_iter_vs_fair", "iter / fair"), ("p99_iter_vs_fair", "p99 / fair
           ("corun_iter_vs_fair", "iter all running / fair"),
           ("corun_slowdown_vs_fair", "slowdown all running / fair")]
 METRICS = list(NORMALISED) + [c for c, _ in RATIOS] + ["decision_ms_mean"]
+# a 95% interval wholly below 1, containing it, wholly above (_side)
+SIDE_WORD = {-1: "shorter than", 1: "longer than", 0: "not different from"}
 REPEAT_COLS = ["policy", "metric", "runs", "mean", "std", "ci95_low", "ci95_high", "runs_below_1"]
 _RUN_DIR = re.compile(r"^run(\d+)$")
 
@@ -231,7 +233,7 @@ def verdicts(res: dict) -> List[str]:
         if not math.isfinite(r["ci95_low"]):
             out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (one run: no interval)")
             continue
-        word = {-1: "shorter than", 1: "longer than", 0: "not different from"}[_side(r)]
+        word = SIDE_WORD[_side(r)]
         fc = fidelity_cell(res, p)
         out.append(f"{p}: mean iteration time {fmt_r(r['mean'])}x fair's (95% CI "
                    f"{fmt_r(r['ci95_low'])}-{fmt_r(r['ci95_high'])}), {word} fair's at the 95% level; below fair in "
@@ -245,7 +247,7 @@ def _corun_clause(c: dict) -> str:
     that figure exists in at least two runs."""
     if c["runs"] < 2 or not math.isfinite(c["ci95_low"]):
         return ""
-    word = {-1: "shorter than", 1: "longer than", 0: "not different from"}[_side(c)]
+    word = SIDE_WORD[_side(c)]
     return (f"; while every job's link neighbours run {fmt_r(c['mean'])}x (95% CI "
             f"{fmt_r(c['ci95_low'])}-{fmt_r(c['ci95_high'])}), {word} fair's")
 

@@ -110,6 +110,10 @@ class JobResult:
     corun_iter_s: float = math.nan       # mean iteration while its link neighbours ran (_corun)
     corun_iterations: int = 0
 
+    @property
+    def corun_slowdown(self) -> float:
+        return ratio(self.corun_iter_s, self.isolated_iter_s)
+
 
 @dataclass
 class Epoch:

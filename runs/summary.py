@@ -17,7 +17,8 @@ Rules (the same for both back ends):
     that is unknown or not positive).
 
 The co-run figures (``corun_window``, ``corun_mean``: the report's mean iteration time while
-every job of a run was running) need every job's rows, so the report computes them.
+every job sharing a link with the job was running) need the other jobs' rows, so the report
+computes them (analysis.results).
 """
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def summary_row(job: str, policy: str, rows: Sequence[tuple], warmup: int, *,
     return r
 
 
-# the co-run figures: a job's iterations while every job of the run is running
+# the co-run figures: a job's iterations while every one of a set of jobs is running
 CORUN_MIN_ITERATIONS = 3     # fewer inside the window: no figure for the job
 
 
