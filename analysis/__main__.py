@@ -2,7 +2,7 @@
 
   python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
                              [--isolated measured|analytical] [--decision-timeout S] [--decision-budget S]
-                             [--max-time S] [--bin S] [--bench-csv FILE] [--no-plots]
+                             [--max-time S] [--until S] [--bin S] [--bench-csv FILE] [--no-plots]
   python -m analysis compare SCENARIO --runs N [the options above]   (N comparisons, 95% CIs)
   python -m analysis report DIR [--bin S] [--bench-csv FILE] [--no-plots]
   python -m analysis serve RUN_DIR [--port N]    (the live view of a finished run, 127.0.0.1)
@@ -51,6 +51,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "hold its last decisions; CPU time, not wall time)")
     c.add_argument("--max-time", type=positive_float, default=None, metavar="S",
                    help="simulator: stop at this trace time")
+    c.add_argument("--until", type=positive_float, default=None, metavar="S",
+                   help="simulator: a time-bounded run: every job iterates from its arrival "
+                        "until trace time S, whatever its `iterations` (steady-state figures "
+                        "for mixes of jobs of very different lengths)")
     c.add_argument("--run-timeout", type=positive_float, default=None, metavar="S",
                    help="simulator: run each policy in its own process and kill it after S "
                         "seconds of wall time (that run fails, the next one runs)")
@@ -98,7 +102,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .compare import run_compare
             opts = {"isolated": a.isolated, "decision_timeout": a.decision_timeout,
                     "decision_budget": a.decision_budget,
-                    "max_time": a.max_time, "bin_s": a.bin, "bench_csv": a.bench_csv,
+                    "max_time": a.max_time, "until": a.until, "bin_s": a.bin, "bench_csv": a.bench_csv,
                     "plots": not a.no_plots}
             if a.run_timeout is not None:
                 opts["run_timeout"] = a.run_timeout

@@ -3,19 +3,23 @@
     python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
                                [--isolated measured|analytical]       (emulator)
                                [--decision-timeout S] [--decision-budget S] [--max-time S]
-                               [--run-timeout S]                      (simulator)
+                               [--until S] [--run-timeout S]          (simulator)
 
 Policies default to the scenario's ``policies``.  Each runs into DIR/<policy>/ (DIR default
 results/<scenario name>/<YYYYmmdd-HHMMSS>/): the emulator through
 ``emulation.runner.run_emulation`` (root, Mininet), the simulator through
 ``simulation.simulate`` + ``simulation.write_results`` (with --run-timeout: each policy in its
-own process, ``python -m simulation run``, killed after that many seconds).  A policy that fails is recorded
-(DIR/compare.json) and the next one runs.  DIR/compare.json says what ran and how it went;
-then ``analysis.report.generate_report(DIR)`` writes the report and its summary is printed.
+own process, ``python -m simulation run``, killed after that many seconds).  A policy that
+fails is recorded (DIR/compare.json) and the next one runs.  --until S makes a time-bounded
+run: every job iterates from its arrival until trace time S, whatever its ``iterations``, so
+that no job's figures mix in iterations it ran after its neighbours had finished.
+DIR/compare.json says what ran and how it went; then ``analysis.report.generate_report(DIR)``
+writes the report and its summary is printed.
 
 Everything that can be checked before running is: a bad scenario, an unknown policy, an
-emulator scenario the emulator cannot hold, an emulator run without root, or a non-empty
---out all print one line and exit 2 with nothing written.
+emulator scenario the emulator cannot hold, an emulator run without root, a simulator
+option for an emulated scenario, or a non-empty --out all print one line and exit 2 with
+nothing written.
 """
 from __future__ import annotations
 
@@ -107,15 +111,13 @@ def run_one_simulation(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
     from emulation.jobspec import WARMUP_ITERATIONS
     from simulation import SimConfig, simulate, write_results
     cfg = SimConfig(decision_timeout_s=opts.get("decision_timeout"), max_time_s=opts.get("max_time"),
+                    until_s=opts.get("until"),
                     decision_budget_s=opts.get("decision_budget"), progress=False,
                     warmup_iterations=WARMUP_ITERATIONS)   # the emulator's warm-up rule
     pol = None if policy == "none" else get_policy(policy)      # none: no controller at all
     res = simulate(resolve(sc), pol, cfg, policy_name=policy)
     write_results(res, out, extra={"config": vars(cfg), "by": "python -m analysis compare"})
-    st = res.stats
-    if st.get("jobs_finished", 0) < st.get("jobs", 0):
-        return f"partial: {st['jobs'] - st['jobs_finished']} of {st['jobs']} jobs unfinished"
-    return "ok"
+    return _simulation_status(res.stats, opts)
 
 
 def run_one_simulation_process(sc: Scenario, policy: str, out: Path, opts: dict) -> str:
@@ -129,7 +131,8 @@ def run_one_simulation_process(sc: Scenario, policy: str, out: Path, opts: dict)
            "--policy", policy, "--out", str(out), "--quiet",
            "--warmup", str(WARMUP_ITERATIONS)]           # the emulator's warm-up rule, as in-process
     for key, flag in (("decision_timeout", "--decision-timeout"),
-                      ("decision_budget", "--decision-budget"), ("max_time", "--max-time")):
+                      ("decision_budget", "--decision-budget"), ("max_time", "--max-time"),
+                      ("until", "--until")):
         if opts.get(key) is not None:
             cmd += [flag, str(opts[key])]
     try:
@@ -139,10 +142,27 @@ def run_one_simulation_process(sc: Scenario, policy: str, out: Path, opts: dict)
     if p.returncode != 0:
         err = p.stderr.strip().splitlines()
         raise RuntimeError(err[-1] if err else f"python -m simulation run: exit {p.returncode}")
-    st = json.loads((out / "run.json").read_text()).get("stats") or {}
-    if st.get("jobs_finished", 0) < st.get("jobs", 0):
-        return f"partial: {st['jobs'] - st['jobs_finished']} of {st['jobs']} jobs unfinished"
-    return "ok"
+    return _simulation_status(json.loads((out / "run.json").read_text()).get("stats") or {}, opts)
+
+
+def _simulation_status(st: dict, opts: dict) -> str:
+    """'ok'; 'ok: time-bounded, ...' (--until: no job finishes, as asked); 'ok: stopped at
+    ...' (--max-time reached with jobs running, as asked); or 'partial: ...' (jobs left
+    unfinished otherwise, e.g. a failed link they needed)."""
+    left = st.get("jobs", 0) - st.get("jobs_finished", 0)
+    if left <= 0:
+        return "ok"
+    if opts.get("until") is not None:
+        return f"ok: time-bounded, every job ran until {float(opts['until']):g} s"
+    bound = opts.get("max_time")
+    if bound is not None and st.get("sim_time_s", 0.0) >= float(bound) * (1 - 1e-9):
+        return f"ok: stopped at {float(bound):g} s with {left} of {st['jobs']} jobs running"
+    return f"partial: {left} of {st['jobs']} jobs unfinished"
+
+
+def run_status(detail: str) -> str:
+    """A runner's returned detail as a run record's status: 'ok' or 'partial'."""
+    return "ok" if detail.startswith("ok") else "partial"
 
 
 RUNNERS: Dict[str, Callable[[Scenario, str, Path, dict], str]] = {
@@ -164,6 +184,11 @@ def _write_state(out: Path, state: dict) -> None:
     write_json(out / "compare.json", state)
 
 
+# options that only the simulator has (compare rejects them for an emulated scenario)
+SIMULATOR_ONLY = (("decision_timeout", "--decision-timeout"), ("decision_budget", "--decision-budget"),
+                  ("max_time", "--max-time"), ("until", "--until"), ("run_timeout", "--run-timeout"))
+
+
 def check_compare(scenario_path, policies: Optional[str], out: Optional[str], opts: dict,
                   runners: dict, default=None):
     """Everything ``compare`` checks before it writes anything: (scenario, policies, DIR).
@@ -171,6 +196,11 @@ def check_compare(scenario_path, policies: Optional[str], out: Optional[str], op
     given (default_out)."""
     sc = load_scenario(scenario_path)
     pols = parse_policies(policies, sc)
+    if sc.backend != "simulation":
+        given = [flag for key, flag in SIMULATOR_ONLY if opts.get(key) is not None]
+        if given:
+            raise CompareError(f"{', '.join(given)}: simulator option(s), and {scenario_path} "
+                               f"runs on the {sc.backend} back end")
     if runners[sc.backend] in (RUNNERS[sc.backend], run_one_simulation_process):
         preflight(sc)
     if opts.get("bench_csv") and not Path(opts["bench_csv"]).is_file():
@@ -215,7 +245,7 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
         _write_state(d, state)
         try:
             status = runners[sc.backend](sc, p, d / p, opts)
-            rec.update(status="ok" if status == "ok" else "partial", detail=status)
+            rec.update(status=run_status(status), detail=status)
         except KeyboardInterrupt:
             rec.update(status="interrupted", error="interrupted (Ctrl-C)")
             interrupted = True
@@ -226,8 +256,9 @@ def run_compare(scenario_path, policies: Optional[str] = None, out: Optional[str
         rec["wall_s"] = round(time.time() - t0, 2)
         _write_state(d, state)
         line = f"[{i}/{len(pols)}] {p} {rec['status']} in {rec['wall_s']:.1f} s"
-        if rec.get("error") or rec.get("detail", "ok") != "ok":
-            line += f": {rec.get('error') or rec.get('detail')}"
+        why = rec.get("error") or rec.get("detail", "ok")
+        if why != "ok":
+            line += f": {why[4:] if why.startswith('ok: ') else why}"
         progress(line)
         if interrupted:
             for q in pols[i:]:

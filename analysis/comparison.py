@@ -44,7 +44,8 @@ def _policy_row(run: PolicyRun) -> dict:
     return {"policy": run.policy, "status": run.status, "jobs": len(js), "jobs_finished": len(fin),
            "mean_iter_s": mean_finite(j.mean_iter_s for j in js),
            "p99_iter_s": mean_finite(j.p99_iter_s for j in js),
-           "mean_jct_s": mean_finite(j.jct_s for j in fin),
+           # a time-bounded run's finished jobs are its short ones: no mean JCT
+           "mean_jct_s": mean_finite(j.jct_s for j in fin) if run.stopped_s is None else math.nan,
            "mean_comm_s": mean_finite(j.mean_comm_s for j in js),
            "mean_slowdown": mean_finite(j.slowdown for j in js),
            # while its neighbours ran: a figure only when every job has one (the same jobs)

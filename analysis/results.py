@@ -149,6 +149,8 @@ class PolicyRun:
     notes: List[str] = field(default_factory=list)
     warmup: int = WARMUP_ITERATIONS                             # iterations left out per job
     fidelity: str = ""                                          # emulator: the run's verdict
+    stopped_s: Optional[float] = None     # the simulator stopped here with jobs running (--max-time, --until)
+    time_bounded: bool = False            # --until: every job iterated until stopped_s
 
     @property
     def has_results(self) -> bool:
@@ -211,10 +213,13 @@ def _job_results(run: PolicyRun, sc: ScenarioInfo, summary: Dict[str, dict],
             jr.slowdown = ratio(jr.mean_iter_s, iso)
             jr.notes.append("from summary.csv (no iterations.csv)")
         want = sc.iterations.get(name)
-        if want is not None and jr.iterations < want:
+        if run.time_bounded:                         # every job ran until the stop
+            jr.finished, jr.jct_s = False, math.nan
+        elif want is not None and jr.iterations < want:
             jr.finished = False
             jr.jct_s = math.nan
-            jr.notes.append(f"unfinished ({jr.iterations}/{want} iterations)")
+            state = "running at the stop" if run.stopped_s is not None else "unfinished"
+            jr.notes.append(f"{state} ({jr.iterations}/{want} iterations)")
         run.jobs[name] = jr
     _corun(run, sc)
 
@@ -227,6 +232,8 @@ def _corun(run: PolicyRun, sc: ScenarioInfo) -> None:
     for r in run.iterations:
         by_job.setdefault(r[0], []).append(r)
     nb = sc.neighbours()
+    until = ({n: run.stopped_s for n, j in run.jobs.items() if not j.finished}
+             if run.stopped_s is not None else {})
     for name, jr in run.jobs.items():
         rows = by_job.get(name, [])
         peers = nb.get(name) if nb else set(by_job) - {name}
@@ -235,7 +242,8 @@ def _corun(run: PolicyRun, sc: ScenarioInfo) -> None:
             jr.corun_iter_s = jr.mean_iter_s
             jr.corun_iterations = len({r[2] for r in rows if r[2] >= run.steady_from(name)})
             continue
-        window = corun_window({m: by_job[m] for m in peers | {name}}, sc.arrivals, run.warmup)
+        window = corun_window({m: by_job.get(m, []) for m in peers | {name}}, sc.arrivals, run.warmup,
+                              until)
         jr.corun_iter_s, jr.corun_iterations = corun_mean(
             rows, sc.arrivals.get(name, 0.0), window, run.warmup)
 
@@ -329,6 +337,7 @@ def load_policy_run(path: Path, policy: str, sc: ScenarioInfo, compare_rec: Opti
     wu = info.get("warmup_iterations", (info.get("config") or {}).get("warmup_iterations"))
     if isinstance(wu, int) and wu >= 0:
         run.warmup = wu
+    run.stopped_s, run.time_bounded = _stop_time(info)
     fid = info.get("fidelity")
     if isinstance(fid, dict) and fid.get("verdict"):
         run.fidelity = str(fid["verdict"])
@@ -362,8 +371,30 @@ def load_policy_run(path: Path, policy: str, sc: ScenarioInfo, compare_rec: Opti
     run.checks = priority_check(run, sc)
     unfinished = sum(1 for j in run.jobs.values() if not j.finished)
     if unfinished and not run.failed:
-        run.status = f"{run.status}; {unfinished} job(s) unfinished"
+        if run.time_bounded:
+            note = f"time-bounded: every job ran until {run.stopped_s:g} s"
+        elif run.stopped_s is not None:
+            note = f"stopped at {run.stopped_s:g} s with {unfinished} job(s) running"
+        else:
+            note = f"{unfinished} job(s) unfinished"
+        run.status = f"{run.status}; {note}"
     return run
+
+
+def _stop_time(info: dict) -> Tuple[Optional[float], bool]:
+    """(the trace time at which a simulated run stopped with jobs still running, whether it
+    was time-bounded): (S, True) for --until S; (S, False) for a run that reached --max-time
+    S first; (None, False) for a run that ended when its jobs did."""
+    cfg = info.get("config") or {}
+    try:
+        end = float((info.get("stats") or {}).get("sim_time_s"))
+    except (TypeError, ValueError):
+        return None, False
+    bounds = [num(cfg.get(k)) for k in ("until_s", "max_time_s")]
+    bound = min((b for b in bounds if finite(b)), default=math.nan)
+    if not (finite(bound) and end >= bound * (1 - 1e-9)):
+        return None, False
+    return bound, bound == bounds[0]
 
 
 # ---------------------------------------------------------------------------

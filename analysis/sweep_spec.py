@@ -88,6 +88,7 @@ class Options(_Strict):
     decision_timeout: Optional[PositiveFloat] = None
     decision_budget: Optional[PositiveFloat] = None
     max_time: Optional[PositiveFloat] = None
+    until: Optional[PositiveFloat] = None
     isolated: Literal["measured", "analytical"] = "measured"
 
 

@@ -143,10 +143,10 @@ def run_task(job: dict, tracker=None) -> dict:
 
 def _run(job: dict, rec: dict, run: Path, out: Path, local: bool, t0: float) -> dict:
     try:
-        from .compare import RUNNERS
+        from .compare import RUNNERS, run_status
         sc = cell_scenario(job["kind"], job["base"], job["seed"], job["name"])
         status = RUNNERS[sc.backend](sc, job["policy"], run, job["options"])
-        rec.update(status="ok" if status == "ok" else "partial", detail=status)
+        rec.update(status=run_status(status), detail=status)
     except Exception as e:                              # noqa: BLE001 - recorded, the rest go on
         rec.update(status="failed", error=" ".join(f"{type(e).__name__}: {e}".split())[:500],
                    traceback=traceback.format_exc(limit=8)[-3000:])

@@ -89,12 +89,17 @@ CORUN_MIN_ITERATIONS = 3     # fewer inside the window: no figure for the job
 
 
 def corun_window(rows_by_job: Mapping[str, Sequence[tuple]], arrivals: Mapping[str, float],
-                 warmup: int) -> Tuple[float, float]:
+                 warmup: int, running_until: Optional[Mapping[str, float]] = None
+                 ) -> Tuple[float, float]:
     """The interval, in seconds since the run's start (rows are job-relative: a job's times
     count from its ``arrivals`` entry), in which every job runs past its warm-up: from the
     latest start of a job's first measured iteration to the earliest end of a job's last
-    iteration.  (nan, nan) with fewer than two jobs; start >= end when they never all ran."""
+    iteration.  ``running_until``: jobs that were still running when a time-bounded run
+    stopped, with the stop time (seconds since the run's start), which then stands for the
+    end of their last iteration.  (nan, nan) with fewer than two jobs; start >= end when they
+    never all ran."""
     starts, ends = [], []
+    until = running_until or {}
     for job, rows in rows_by_job.items():
         if not rows:
             continue
@@ -102,7 +107,7 @@ def corun_window(rows_by_job: Mapping[str, Sequence[tuple]], arrivals: Mapping[s
         wu = steady_from(len({r[2] for r in rows}), warmup)
         measured = [r for r in rows if r[2] >= wu] or list(rows)
         starts.append(a + min(r[3] for r in measured))
-        ends.append(a + max(r[6] for r in rows))
+        ends.append(float(until[job]) if job in until else a + max(r[6] for r in rows))
     if len(starts) < 2:
         return NAN, NAN
     return max(starts), min(ends)

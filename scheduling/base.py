@@ -37,7 +37,7 @@ class JobState:
     gpus: int = 1
     period_s: Optional[float] = None
     active_fraction: Optional[float] = None
-    iterations_left: Optional[int] = None
+    iterations_left: Optional[int] = None  # iterations still to run; None: unknown (no end known)
 
     @property
     def spans_racks(self) -> bool:

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from scheduling.registry import get_policy
 from scheduling.base import ClusterState, Decisions, decisions_from_json, job_state
@@ -125,12 +125,17 @@ class EpochDriver:
         return {p: [b * self.bytes_scale for b in s] for p, s in series.items()}
 
     def step(self, now_s: float, active: Set[str], measured: Mapping[str, Series],
-             bin_s: float) -> Tuple[Decisions, EpochRecord]:
+             bin_s: float, iterations_left: Optional[Mapping[str, int]] = None
+             ) -> Tuple[Decisions, EpochRecord]:
         """One epoch: ``measured`` = job -> {(src host, dst host): emulated bytes per bin of
-        ``bin_s`` emulated seconds} over the last epoch; ``active`` = jobs running now."""
+        ``bin_s`` emulated seconds} over the last epoch; ``active`` = jobs running now;
+        ``iterations_left``: job -> its iterations still to run, where the back end knows
+        (``JobState.iterations_left``; the others stay None)."""
         import copy
 
         jobs = [copy.copy(self._declared[n]) for n in sorted(active) if n in self._declared]
+        for j in jobs:
+            j.iterations_left = (iterations_left or {}).get(j.name)
         state = ClusterState(self.rs.cluster, jobs, self.num_classes, epoch=self.epoch,
                              time_s=now_s / self.time_scale)
         trace = {job: self._scaled(series) for job, series in measured.items() if job in active}

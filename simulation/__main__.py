@@ -1,6 +1,6 @@
 """Command line of the flow-level simulator.
 
-  python -m simulation run SCENARIO --policy P --out DIR [options]
+  python -m simulation run SCENARIO --policy P [--set KEY=VALUE ...] --out DIR [options]
   python -m simulation generate OUT.yaml --topology lingjun|leaf-spine [options]
 
 ``run`` writes the emulator's result files plus links.csv, decisions.csv and run.json (see
@@ -39,6 +39,18 @@ def load_policy(name: str, **kw):
         raise UsageError(f"policy {name!r}: {e}") from None
 
 
+def _setting(v: str):
+    """KEY=VALUE, the value read as a YAML scalar (0 -> int, 0.5 -> float, false -> bool)."""
+    import yaml
+    key, sep, val = v.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{v!r}: expected KEY=VALUE")
+    try:
+        return key, yaml.safe_load(val)
+    except yaml.YAMLError:
+        return key, val
+
+
 def _arrival_kind(v: str) -> str:
     if v in ("none", "poisson", "openb") or (v.startswith("csv:") and len(v) > 4):
         return v
@@ -49,7 +61,7 @@ def _config(a):
     from .engine import SimConfig
     return SimConfig(epoch_s=a.epoch, bin_s=a.bin, num_classes=a.classes,
                      decision_timeout_s=a.decision_timeout, decision_budget_s=a.decision_budget,
-                     max_time_s=a.max_time,
+                     max_time_s=a.max_time, until_s=a.until,
                      intra_host_gbps=a.intra_host_gbps, isolated=not a.no_isolated,
                      measured_view=not a.declared_view, progress=not a.quiet, poll_s=a.poll,
                      estimate_profiles=a.estimate_profiles, warmup_iterations=a.warmup)
@@ -70,6 +82,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="total decision CPU time after which the policy is no longer called")
     p.add_argument("--max-time", type=positive_float, default=None, metavar="S",
                    help="stop at this trace time")
+    p.add_argument("--until", type=positive_float, default=None, metavar="S",
+                   help="time-bounded run: every job iterates until this trace time, whatever "
+                        "its `iterations`")
     p.add_argument("--intra-host-gbps", type=positive_float, default=None,
                    help="rate of same-host transfers (default: free)")
     p.add_argument("--no-isolated", action="store_true",
@@ -94,10 +109,14 @@ def cmd_run(a) -> int:
         raise UsageError("--classes must be >= 1")
     if a.warmup < 0:
         raise UsageError("--warmup must be >= 0")
-    policy = load_policy(a.policy)
+    settings = dict(a.set or [])
+    policy = load_policy(a.policy, **settings)
     cfg = _config(a)
     res = simulate(rs, policy, cfg, policy_name=a.policy)
-    out = write_results(res, Path(a.out), extra={"config": vars(cfg)})
+    extra = {"config": vars(cfg)}
+    if settings:
+        extra["policy_settings"] = settings
+    out = write_results(res, Path(a.out), extra=extra)
     if not a.quiet:
         st = res.stats
         print(f"[sim] {sc.name} / {a.policy}: {st['jobs_finished']}/{st['jobs']} jobs, "
@@ -154,6 +173,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     r = sub.add_parser("run", help="simulate one scenario under one policy")
     r.add_argument("scenario")
     r.add_argument("--policy", default="fair", help="fair, optimal, crux, cassini, harmonics, none")
+    r.add_argument("--set", type=_setting, action="append", metavar="KEY=VALUE",
+                   help="a setting of the policy, e.g. --set wide_order=0 for harmonics (its "
+                        "settings: scheduling/harmonics/params.py); repeatable, kept in run.json")
     r.add_argument("--out", required=True, help="result directory")
     add_run_options(r)
     g = sub.add_parser("generate", help="write a large simulated scenario")

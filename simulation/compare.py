@@ -3,7 +3,7 @@
 
   python -m simulation.compare SCENARIO [--policies fair,optimal,crux,cassini,harmonics]
                                [--out DIR] [--decision-timeout 10] [--decision-budget 120]
-                               [--run-timeout 1200] [--max-time S]
+                               [--run-timeout 1200] [--max-time S] [--until S]
 
 runs ``python -m analysis compare SCENARIO --run-timeout ...`` with these defaults: each
 policy in its own process (``python -m simulation run``), killed after --run-timeout seconds;
@@ -36,6 +36,8 @@ def compare_command(a: argparse.Namespace) -> List[str]:
            "--decision-budget", str(a.decision_budget), "--run-timeout", str(a.run_timeout)]
     if a.max_time:
         cmd += ["--max-time", str(a.max_time)]
+    if a.until:
+        cmd += ["--until", str(a.until)]
     if a.no_plots:
         cmd.append("--no-plots")
     return cmd
@@ -54,6 +56,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="total decision CPU time per run after which the policy is no longer called")
     ap.add_argument("--run-timeout", type=float, default=1200.0, metavar="S")
     ap.add_argument("--max-time", type=float, default=None, metavar="S")
+    ap.add_argument("--until", type=float, default=None, metavar="S",
+                    help="time-bounded run: every job iterates until this trace time")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
     a = ap.parse_args(argv)
     return subprocess.run(compare_command(a)).returncode

@@ -22,6 +22,7 @@ class SimConfig:
     max_timeouts: int = 1                    # after this many timed-out decisions the policy is no longer called
     decision_budget_s: Optional[float] = None  # total decision time after which the policy is no longer called
     max_time_s: Optional[float] = None       # stop at this trace time (jobs left unfinished)
+    until_s: Optional[float] = None          # time-bounded run: every job iterates until this trace time (its iteration count ignored)
     intra_host_gbps: Optional[float] = None  # None: same-host transfers are free
     isolated: bool = True                    # simulate every job alone for slowdown_vs_isolated
     measured_view: bool = True               # False: policies always see declared profiles

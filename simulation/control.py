@@ -44,7 +44,11 @@ class PolicyControl:
             # time: a loaded or paused machine would change the run); the timeout and the
             # budget count it (simulation/README.md)
             try:
-                decisions, _ = self.driver.step(t, {j.name for j in active}, measured, self.poll_s)
+                # a time-bounded run's jobs have no end (until_s): no iterations left to tell
+                left = ({j.name: j.iterations - j.it for j in active}
+                        if self.cfg.until_s is None else None)
+                decisions, _ = self.driver.step(t, {j.name for j in active}, measured, self.poll_s,
+                                                left)
             except DecisionTimeout:
                 self.driver.epoch += 1
                 decisions = None

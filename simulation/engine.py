@@ -73,7 +73,7 @@ class Engine(FlowRates, PolicyControl):
         self.scenario = scenario
         self.epoch_s = float(epoch_s)
         self.bin_s = float(self.cfg.bin_s or self.epoch_s)
-        it_over = self.cfg.iterations_override
+        it_over = sys.maxsize if self.cfg.until_s is not None else self.cfg.iterations_override
         self.jobs = [_Job(i, rj, it_over or rj.spec.iterations, cluster) for i, rj in enumerate(jobs)]
         self.job_by_name = {j.name: j for j in self.jobs}
         self.L = len(cluster.links)
@@ -260,7 +260,8 @@ class Engine(FlowRates, PolicyControl):
         self.active_idx = np.zeros(0, dtype=np.int64)
         wall0 = time.perf_counter()
         last_report = wall0
-        max_t = self.cfg.max_time_s
+        max_t = min((t for t in (self.cfg.max_time_s, self.cfg.until_s) if t is not None),
+                    default=None)
         eps = 1e-12
         while True:
             if self.dirty:

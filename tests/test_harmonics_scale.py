@@ -1,5 +1,6 @@
 """Harmonics at scale: incremental epochs (warm start, racks whose inputs did not change
 kept), the fair-sharing guard, and the summaries' wire form."""
+import copy
 import json
 
 import numpy as np
@@ -169,18 +170,25 @@ def test_wide_jobs_are_offered_the_highest_class_only():
     _check_consistent(st, h, d)
 
 
+def _left(st, **left):
+    st = copy.deepcopy(st)
+    for j in st.jobs:
+        j.iterations_left = left.get(j.name)
+    return st
+
+
 def test_wide_order_rule_lowers_the_long_wide_job_and_its_narrow_neighbours():
     # S and L both span 6 racks (wide) and share every host link; L's iteration is far more
-    # than twice S's, so the rule offers L class 1 only and N (2 racks, on L's host links)
-    # classes 1..K-1; S stays in class 0.  Off (wide_order=0): the wide jobs are both in 0.
-    # Without the joint stage, whose fair-sharing start (the guard) may win in so small a
-    # component
+    # than twice S's and S will end first (100 iterations left each), so the rule offers L
+    # class 1 only and N (2 racks, on L's host links) classes 1..K-1; S stays in class 0.
+    # Off (wide_order=0): the wide jobs are both in 0.  Without the joint stage, whose
+    # fair-sharing start (the guard) may win in so small a component
     from scheduling.cases import _case
     hosts = [f"r{r}h0" for r in range(6)]
     sc = _case("wide-order", 6, 2, 1, 3, [
         ("S", hosts, 0.005, 30e6), ("L", hosts, 0.05, 300e6),
         ("N", ["r0h0", "r1h0"], 0.02, 100e6)])
-    st = state_from_scenario(resolve(sc))
+    st = _left(state_from_scenario(resolve(sc)), S=100, L=100, N=100)
     h = get_policy("harmonics", joint_jobs=0)
     d = h.decide(st)
     assert h.stats["wide_low"] == 1
@@ -192,6 +200,30 @@ def test_wide_order_rule_lowers_the_long_wide_job_and_its_narrow_neighbours():
     off = get_policy("harmonics", joint_jobs=0, wide_order=0)
     d0 = off.decide(st)
     assert off.stats["wide_low"] == 0 and d0["S"].priority == d0["L"].priority == 0
+    # L goes below S only while S will end first: not when L's remaining work is the
+    # smaller (3 iterations left against S's 100), nor when no end is known (None: a
+    # time-bounded run, where a long job held below would lose the short one's bursts for good)
+    for left in ({"S": 100, "L": 3, "N": 100}, {}):
+        h2 = get_policy("harmonics", joint_jobs=0)
+        d2 = h2.decide(_left(st, **left))
+        assert h2.stats["wide_low"] == 0 and d2["S"].priority == d2["L"].priority == 0, left
+        # wide_order_ends=False: the rule whatever the ends, as before
+        h3 = get_policy("harmonics", joint_jobs=0, wide_order_ends=False)
+        d3 = h3.decide(_left(st, **left))
+        assert h3.stats["wide_low"] == 1 and (d3["S"].priority, d3["L"].priority) == (0, 1)
+
+
+def test_min_before_is_the_least_over_the_pairs_that_end_sooner():
+    from scheduling.harmonics.classrules import _min_before
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        n = int(rng.integers(1, 40))
+        links = rng.integers(0, 5, n)
+        rem = rng.choice([1.0, 2.0, 3.0, np.inf], n)        # ties and unknown ends
+        t = rng.random(n)
+        want = [min([t[k] for k in range(n) if links[k] == links[i] and rem[k] < rem[i]],
+                    default=np.inf) for i in range(n)]
+        assert _min_before(links, rem, t).tolist() == want
 
 
 def test_compiled_proxy_gives_the_numpy_proxys_decisions(monkeypatch):

@@ -328,3 +328,26 @@ def test_reporting_again_after_the_captures_were_pruned_keeps_their_tables(sampl
     for n in before:
         (sample / n).unlink()
     assert not generate_report(sample, plots=False).pcap_check_rows
+
+
+def test_the_phase_plot_of_many_held_jobs_shows_their_spread(tmp_path):
+    """A large mix holds dozens of jobs: one line each would leave no room for the axes; the
+    plot then gives the median and 90th percentile of |offset error| per time bin instead,
+    without any layout warning."""
+    import warnings
+    from analysis.plots import PHASE_LINES_MAX, plot_phase
+    from analysis.results import PolicyRun, Report, ScenarioInfo
+    from scheduling.phase import write_phase_csv
+    rng = np.random.default_rng(0)
+    n = PHASE_LINES_MAX + 30
+    rows = [{"epoch": e, "time_s": 0.5 * e, "job": f"j{k:03d}", "ref": "j000", "period_s": 1.0,
+             "beat_s": 1.0, "offset_s": 0.0, "decided_s": 0.0, "error": float(rng.uniform(-0.5, 0.5)),
+             "correction_s": 0.0} for e in range(1, 40) for k in range(1, n + 1)]
+    (tmp_path / "p").mkdir()
+    write_phase_csv(tmp_path / "p" / "phase.csv", rows)
+    rep = Report(tmp_path, ScenarioInfo(name="big"), [PolicyRun("p", tmp_path / "p")], {}, 0.1)
+    out = tmp_path / "phase.png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plot_phase(rep, out)
+    assert out.stat().st_size > 10_000

@@ -95,6 +95,26 @@ def test_unknown_policy_exit_2(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_set_passes_a_setting_to_the_policy_and_records_it(tmp_path):
+    """--set KEY=VALUE reaches the policy's constructor (a setting it does not have: one
+    line, exit 2, nothing written) and is kept in run.json."""
+    sc = tmp_path / "pair.yaml"
+    sc.write_text(PAIR)
+    p = run("simulation", "run", str(sc), "--policy", "harmonics", "--set", "nosuch=1",
+            "--out", str(tmp_path / "bad"))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "nosuch" in p.stderr and not (tmp_path / "bad").exists()
+    p = run("simulation", "run", str(sc), "--policy", "harmonics", "--set", "wide_order=0",
+            "--set", "shift_phases=1", "--quiet", "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    info = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert info["policy_settings"] == {"wide_order": 0, "shift_phases": 1}
+    # shift_phases=1 switches Harmonics' phase stage off: no decided shift anywhere
+    with open(tmp_path / "o" / "decisions.csv", newline="") as f:
+        shifts = {float(r["shift_s"]) for r in csv.DictReader(f) if r.get("job")}
+    assert shifts == {0.0}
+
+
 def test_generate_and_bench_small(tmp_path):
     out = tmp_path / "g.yaml"
     p = run("simulation", "generate", str(out), "--racks", "2", "--hosts-per-rack", "2",

@@ -71,14 +71,54 @@ def short_jobs(config, model, names, pot) -> frozenset:
     return frozenset(n for n, x in zip(names, nb) if model.iso_iter(n) < f * x)
 
 
+def remaining_s(model, name: str) -> float:
+    """A job's remaining work at its isolated pace: its iterations left (``JobState.
+    iterations_left``, from the back end's progress) times its isolated iteration; inf when
+    the back end does not say (a time-bounded run, the emulator): a job whose end is not
+    known is not expected to end."""
+    left = model.jobs[model.index[name]].iterations_left
+    return math.inf if left is None else max(0, left) * model.iso_iter(name)
+
+
+def _min_before(links: np.ndarray, rem: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per (link, job) pair: the least ``t`` over the pairs of the same link whose ``rem``
+    is strictly smaller (inf where there is none).  Sorted by (link, rem), a running minimum
+    of ``t``'s ranks that each link restarts (the ranks of a later link are offset below
+    every earlier one), read just before the pair's group of equal ``rem``: integers,
+    minima and comparisons only, so the same floats as a loop."""
+    n = len(links)
+    out = np.full(n, math.inf)
+    if not n:
+        return out
+    order = np.lexsort((rem, links))
+    ls, rs, ts = links[order], rem[order], t[order]
+    tv = np.sort(ts)
+    rank = np.searchsorted(tv, ts)                 # an equal t: the same rank
+    idx = np.arange(n)
+    new_link = np.r_[True, ls[1:] != ls[:-1]]
+    new_rem = new_link | np.r_[True, rs[1:] != rs[:-1]]
+    seg = np.cumsum(new_link) - 1
+    run = np.minimum.accumulate(rank - seg * n) + seg * n
+    first = np.maximum.accumulate(np.where(new_rem, idx, 0))    # its group of equal rem
+    start = np.maximum.accumulate(np.where(new_link, idx, 0))   # its link's first pair
+    has = first > start
+    res = np.full(n, math.inf)
+    res[has] = tv[run[first[has] - 1]]
+    out[order] = res
+    return out
+
+
 def wide_low(config, model, names, pot) -> frozenset:
     """The wide-order rule (``config.wide_order``): the wide jobs whose isolated iteration
-    is longer than ``wide_order`` times the shortest isolated iteration among the wide jobs
-    they may share a link with.  Fair sharing stretches a short wide job the most: each
-    of its many racks may hold it up, and it waits for the slowest; above a long
-    neighbour it runs near its isolated pace, while the long one loses only the short
-    one's bursts, a small part of its own long iteration (docs/harmonics.md).
-    Over arrays of the pairs, like ``short_jobs`` (minima only: the same floats)."""
+    is longer than ``wide_order`` times the isolated iteration of a wide job they may share
+    a link with *that will end before them* (less remaining work, ``remaining_s``).  Fair
+    sharing stretches a short wide job the most: each of its many racks may hold it up,
+    and it waits for the slowest; above a long neighbour it runs near its isolated pace,
+    while the long one loses the short one's bursts, and only until the short one ends
+    (shortest remaining work first).  Where no end is known nobody goes below: held below
+    short neighbours that never end, a long wide job loses their bursts on every one of
+    its racks for good, which the model's steady state does not pay for (docs/harmonics.md).
+    Over arrays of the pairs, like ``short_jobs`` (minima and comparisons only)."""
     f = config.wide_order
     if f <= 0:
         return frozenset()
@@ -91,7 +131,16 @@ def wide_low(config, model, names, pot) -> frozenset:
     shortest = np.full(int(links.max()) + 1 if len(links) else 0, math.inf)
     np.minimum.at(shortest, links, t)     # link -> shortest isolated iteration on it
     lo = _per_job(np.minimum, shortest[links], starts, lens, math.inf)
-    return frozenset(n for n, it, m in zip(wide, its, lo) if it > f * m)
+    low = [it > f * m for it, m in zip(its, lo)]       # below some wide neighbour
+    if not config.wide_order_ends or not any(low):
+        return frozenset(n for n, x in zip(wide, low) if x)
+    # ... that will end first: only the links of those jobs can say (all their pairs)
+    mine = np.isin(links, links[np.repeat(np.array(low), lens)])
+    rem = np.array([remaining_s(model, n) for n in wide], dtype=float)[job]
+    near = np.full(len(links), math.inf)
+    near[mine] = _min_before(links[mine], rem[mine], t[mine])
+    lo = _per_job(np.minimum, near, starts, lens, math.inf)
+    return frozenset(n for n, it, m, x in zip(wide, its, lo, low) if x and it > f * m)
 
 
 def class_limits(config, model, names, pot, K: int) -> Tuple[Dict[str, range], int, int]:

@@ -34,6 +34,11 @@ class HarmonicsConfig:
     # class 1 only, and the narrow jobs that may share a link with it classes 1..K-1
     # (0: off; docs/harmonics.md)
     wide_order: float = 2.0
+    # ... and only below a neighbour that will end first (less remaining work at isolated
+    # pace; where no end is known, nobody goes below).  False: below any such neighbour,
+    # whatever the ends (the rule before the time-bounded runs showed long wide jobs held
+    # below short ones for good; docs/harmonics.md)
+    wide_order_ends: bool = True
     # the short-job rule: a job whose isolated iteration is shorter than this times the
     # longest isolated communication of the jobs it may share a link with is offered the
     # highest class only (0: off; docs/harmonics.md)
