@@ -385,6 +385,13 @@ def load_sweep(path) -> Sweep:
             raise _err(path, text, ["policies", i],
                        f"policies.{i}: unknown policy {p!r} for the {backend} back end "
                        f"(known: {', '.join(known)})")
+    if backend != "simulation":          # as compare refuses them for an emulated scenario
+        from analysis.compare import SIMULATOR_ONLY
+        given = [k for k, _ in SIMULATOR_ONLY if getattr(sw.options, k, None) is not None]
+        if given:
+            raise _err(path, text, ["options", given[0]],
+                       f"options.{given[0]}: a simulator option, and the base runs on the "
+                       f"{backend} back end")
     name = sw.name or path.stem
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise _err(path, text, [], f"name: give a name (the file name {path.stem!r} cannot be one)")

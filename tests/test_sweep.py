@@ -211,6 +211,9 @@ axes:
      "bad.yaml:7: axes: axis 'jobs' has no values"),
     ("name: pair\ncluster: {racks: 2}\njobs: []\n",
      "bad.yaml: a scenario, not a sweep (a sweep file has base, axes and policies"),
+    (f"name: s\nbase:\n  scenario: {REPO}/scenarios/pair-shared-spine.yaml\npolicies: [fair]\n"
+     "options:\n  until: 5\naxes:\n  emulation.time_scale: [10]\n",
+     "bad.yaml:6: options.until: a simulator option, and the base runs on the emulation back end"),
 ])
 def test_bad_sweep_files_one_line_exit_2_nothing_written(tmp_path, capsys, text, expect):
     f = _bad(tmp_path, text)

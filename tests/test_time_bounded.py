@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import json
 import subprocess
 import sys
 
@@ -89,3 +90,22 @@ def test_until_is_refused_for_an_emulated_scenario(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "--until" in lines[0] and "simulator" in lines[0]
     assert not out.exists()
+
+
+def test_max_time_stops_the_jobs_as_they_are_and_says_so(tmp_path):
+    """--max-time keeps the declared iterations: a job that ended before the stop is
+    finished, the other is reported running at the stop, and the policy gets no mean JCT
+    (its finished jobs are only the short ones)."""
+    f = _pair(tmp_path, iterations=(10, 200))
+    out = tmp_path / "out"
+    assert run_compare(str(f), "fair", str(out), opts={"plots": False, "max_time": 3.0},
+                       summary=False) == 0
+    with open(out / "comparison.csv", newline="") as fh:
+        row = next(csv.DictReader(fh))
+    assert "stopped at 3 s with 1 job(s) running" in row["status"]
+    assert row["jobs_finished"] == "1" and row["mean_jct_s"] in ("", "nan")
+    with open(out / "comparison_jobs.csv", newline="") as fh:
+        jobs = {r["job"]: r for r in csv.DictReader(fh)}
+    assert int(jobs["jobA"]["iterations"]) == 10 and "running at the stop" in jobs["jobB"]["note"]
+    rec = json.loads((out / "compare.json").read_text())["runs"]["fair"]
+    assert rec["status"] == "ok" and rec["detail"].startswith("ok: stopped at 3 s")
