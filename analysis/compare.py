@@ -146,18 +146,18 @@ def run_one_simulation_process(sc: Scenario, policy: str, out: Path, opts: dict)
 
 
 def _simulation_status(st: dict, opts: dict) -> str:
-    """'ok'; 'ok: time-bounded, ...' (--until: no job finishes, as asked); 'ok: stopped at
-    ...' (--max-time reached with jobs running, as asked); or 'partial: ...' (jobs left
+    """'ok'; 'ok: <how it stopped>' (--until or --max-time reached with jobs running, as
+    asked; the report's wording, analysis.results.stop_note); or 'partial: ...' (jobs left
     unfinished otherwise, e.g. a failed link they needed)."""
+    from .results import stop_note, stop_time
     left = st.get("jobs", 0) - st.get("jobs_finished", 0)
     if left <= 0:
         return "ok"
-    if opts.get("until") is not None:
-        return f"ok: time-bounded, every job ran until {float(opts['until']):g} s"
-    bound = opts.get("max_time")
-    if bound is not None and st.get("sim_time_s", 0.0) >= float(bound) * (1 - 1e-9):
-        return f"ok: stopped at {float(bound):g} s with {left} of {st['jobs']} jobs running"
-    return f"partial: {left} of {st['jobs']} jobs unfinished"
+    stopped, bounded = stop_time({"stats": st, "config": {"until_s": opts.get("until"),
+                                                          "max_time_s": opts.get("max_time")}})
+    if stopped is None:
+        return f"partial: {left} of {st['jobs']} jobs unfinished"
+    return f"ok: {stop_note(stopped, bounded, left)}"
 
 
 def run_status(detail: str) -> str:

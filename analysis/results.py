@@ -337,7 +337,7 @@ def load_policy_run(path: Path, policy: str, sc: ScenarioInfo, compare_rec: Opti
     wu = info.get("warmup_iterations", (info.get("config") or {}).get("warmup_iterations"))
     if isinstance(wu, int) and wu >= 0:
         run.warmup = wu
-    run.stopped_s, run.time_bounded = _stop_time(info)
+    run.stopped_s, run.time_bounded = stop_time(info)
     fid = info.get("fidelity")
     if isinstance(fid, dict) and fid.get("verdict"):
         run.fidelity = str(fid["verdict"])
@@ -371,17 +371,20 @@ def load_policy_run(path: Path, policy: str, sc: ScenarioInfo, compare_rec: Opti
     run.checks = priority_check(run, sc)
     unfinished = sum(1 for j in run.jobs.values() if not j.finished)
     if unfinished and not run.failed:
-        if run.time_bounded:
-            note = f"time-bounded: every job ran until {run.stopped_s:g} s"
-        elif run.stopped_s is not None:
-            note = f"stopped at {run.stopped_s:g} s with {unfinished} job(s) running"
-        else:
-            note = f"{unfinished} job(s) unfinished"
-        run.status = f"{run.status}; {note}"
+        run.status = f"{run.status}; {stop_note(run.stopped_s, run.time_bounded, unfinished)}"
     return run
 
 
-def _stop_time(info: dict) -> Tuple[Optional[float], bool]:
+def stop_note(stopped_s: Optional[float], time_bounded: bool, unfinished: int) -> str:
+    """How a run with unfinished jobs ended (``stop_time``'s pair and the count)."""
+    if time_bounded:
+        return f"time-bounded: every job ran until {stopped_s:g} s"
+    if stopped_s is not None:
+        return f"stopped at {stopped_s:g} s with {unfinished} job(s) running"
+    return f"{unfinished} job(s) unfinished"
+
+
+def stop_time(info: dict) -> Tuple[Optional[float], bool]:
     """(the trace time at which a simulated run stopped with jobs still running, whether it
     was time-bounded): (S, True) for --until S; (S, False) for a run that reached --max-time
     S first; (None, False) for a run that ended when its jobs did."""

@@ -134,8 +134,9 @@ class EpochDriver:
         import copy
 
         jobs = [copy.copy(self._declared[n]) for n in sorted(active) if n in self._declared]
+        left = iterations_left or {}
         for j in jobs:
-            j.iterations_left = (iterations_left or {}).get(j.name)
+            j.iterations_left = left.get(j.name)
         state = ClusterState(self.rs.cluster, jobs, self.num_classes, epoch=self.epoch,
                              time_s=now_s / self.time_scale)
         trace = {job: self._scaled(series) for job, series in measured.items() if job in active}
