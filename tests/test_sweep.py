@@ -267,3 +267,24 @@ axes:
     assert cl.uplink_gbps == pytest.approx(8 * 200 / (4 * 4))
     assert sc.seed == 3 and {j.iterations for j in sc.jobs} == {5}
     assert sw.cells[0].spec_hash("fair", sw.options) != sw.cells[1].spec_hash("fair", sw.options)
+
+
+def test_every_committed_sweep_loads_and_the_mixes_sweeps_draw_the_committed_scenarios():
+    """Each sweeps/*.yaml is valid; the across-mixes sweeps (steady state or not) draw, at the
+    seeds their comments name, exactly the committed contention-heavy scenarios (README,
+    "Across job mixes"): their cells are the references' runs."""
+    from workloads.scenario import load_scenario
+    files = sorted((REPO / "sweeps").glob("*.yaml"))
+    assert len(files) >= 4
+    for f in files:
+        assert load_sweep(f).cells
+    for name in ("harmonics-mixes", "harmonics-mixes-until300"):
+        sw = load_sweep(REPO / "sweeps" / f"{name}.yaml")
+        assert sw.options["decision_timeout"] == 10 and sw.options["decision_budget"] == 60
+        for cid, path in (("mix-fragmented-2048__seed-1", "sim-2048-fragmented.yaml"),
+                          ("mix-lingjun-openb__seed-3", "sim-lingjun-openb.yaml")):
+            cell = next(c for c in sw.cells if c.id == cid)
+            drawn = cell_scenario(sw.kind, cell.base, cell.seed, "x").model_dump()
+            ref = load_scenario(REPO / "scenarios" / path).model_dump()
+            assert {k: v for k, v in drawn.items() if k != "name"} == \
+                {k: v for k, v in ref.items() if k != "name"}
