@@ -1,6 +1,6 @@
 """Command line: compare policies on a scenario, (re)generate the report of a results directory.
 
-  python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
+  python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR] [--iterations N]
                              [--isolated measured|analytical] [--decision-timeout S] [--decision-budget S]
                              [--max-time S] [--until S] [--bin S] [--bench-csv FILE] [--no-plots]
   python -m analysis compare SCENARIO --runs N [the options above]   (N comparisons, 95% CIs)
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from workloads.argtypes import positive_float, positive_int
+from emulation.jobspec import WARMUP_ITERATIONS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +42,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     c.add_argument("--policies", default=None,
                    help="comma-separated (default: the scenario's `policies`)")
     c.add_argument("--out", default=None, help="results directory (default results/<scenario>/<time>)")
+    c.add_argument("--iterations", type=positive_int, default=None, metavar="N",
+                   help=f"every job runs N iterations instead of the scenario's (the first "
+                        f"{WARMUP_ITERATIONS} are warm-up): a quick look, or a longer, more precise run")
     c.add_argument("--isolated", choices=["measured", "analytical"], default="measured",
                    help="emulator: where the isolated iteration time (slowdown) comes from")
     c.add_argument("--decision-timeout", type=positive_float, default=None, metavar="S",
@@ -104,6 +108,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "decision_budget": a.decision_budget,
                     "max_time": a.max_time, "until": a.until, "bin_s": a.bin, "bench_csv": a.bench_csv,
                     "plots": not a.no_plots}
+            if a.iterations is not None:
+                opts["iterations"] = a.iterations
             if a.run_timeout is not None:
                 opts["run_timeout"] = a.run_timeout
             if a.runs > 1:

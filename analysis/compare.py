@@ -1,6 +1,7 @@
 """Run every policy of a scenario on its back end, then write the report.
 
     python -m analysis compare SCENARIO [--policies fair,harmonics,...] [--out DIR]
+                               [--iterations N]                      (both back ends)
                                [--isolated measured|analytical]       (emulator)
                                [--decision-timeout S] [--decision-budget S] [--max-time S]
                                [--until S] [--run-timeout S]          (simulator)
@@ -13,6 +14,9 @@ own process, ``python -m simulation run``, killed after that many seconds).  A p
 fails is recorded (DIR/compare.json) and the next one runs.  --until S makes a time-bounded
 run: every job iterates from its arrival until trace time S, whatever its ``iterations``, so
 that no job's figures mix in iterations it ran after its neighbours had finished.
+--iterations N runs every job N iterations instead of the scenario's (the first
+``WARMUP_ITERATIONS`` are warm-up): a shorter look, or a longer and more precise run, of the
+same scenario; DIR/scenario.yaml records the length that ran.
 DIR/compare.json says what ran and how it went; then ``analysis.report.generate_report(DIR)``
 writes the report and its summary is printed.
 
@@ -195,6 +199,12 @@ def check_compare(scenario_path, policies: Optional[str], out: Optional[str], op
     Raises ScenarioError or CompareError (one line).  ``default``: DIR when --out is not
     given (default_out)."""
     sc = load_scenario(scenario_path)
+    if opts.get("iterations") is not None:
+        from emulation.jobspec import WARMUP_ITERATIONS
+        if opts["iterations"] <= WARMUP_ITERATIONS:
+            raise CompareError(f"--iterations {opts['iterations']}: give more than the "
+                               f"{WARMUP_ITERATIONS} warm-up iterations every summary leaves out")
+        sc = sc.with_iterations(opts["iterations"])
     pols = parse_policies(policies, sc)
     if sc.backend != "simulation":
         given = [flag for key, flag in SIMULATOR_ONLY if opts.get(key) is not None]

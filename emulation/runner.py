@@ -422,8 +422,7 @@ def isolated_times(rs: ResolvedScenario, how: str, out: Path) -> Dict[str, float
     res = {}
     sc = rs.scenario
     for j in rs.jobs:
-        alone = sc.model_copy(update={"jobs": [j.spec.model_copy(update={"arrival_s": 0.0})],
-                                      "name": f"{sc.name}-alone-{j.name}"})
+        alone = sc.model_copy(update={"jobs": [_alone_spec(j)], "name": f"{sc.name}-alone-{j.name}"})
         hit = _isolated_cache(rs, j)
         if hit.exists():
             res[j.name] = json.loads(hit.read_text())["mean_iter_s"]
@@ -442,6 +441,18 @@ def isolated_times(rs: ResolvedScenario, how: str, out: Path) -> Dict[str, float
     return res
 
 
+# A job alone repeats one iteration with little spread (the fidelity monitor reports it), so
+# its isolated time is measured over at most this many iterations, however long the run it
+# is compared with: a 505-iteration scenario does not pay for 505 iterations alone per job.
+ISOLATED_ITERATIONS = WARMUP_ITERATIONS + 50
+
+
+def _alone_spec(j):
+    """The job spec of ``j``'s isolated run: from time 0, at most ISOLATED_ITERATIONS long."""
+    return j.spec.model_copy(update={"arrival_s": 0.0,
+                                     "iterations": min(j.spec.iterations, ISOLATED_ITERATIONS)})
+
+
 def _isolated_cache(rs: ResolvedScenario, j) -> Path:
     """The cache file of a job's measured isolated iteration time (per job, cluster, scaling,
     warm-up and host tuning)."""
@@ -449,7 +460,7 @@ def _isolated_cache(rs: ResolvedScenario, j) -> Path:
     sc = rs.scenario
     key = hashlib.sha256(json.dumps({"c": sc.cluster.model_dump(mode="json"),
                                      "e": sc.emulation.model_dump(mode="json"),
-                                     "j": j.spec.model_dump(mode="json"),
+                                     "j": _alone_spec(j).model_dump(mode="json"),
                                      "p": j.profile.model_dump(mode="json"),
                                      "w": [(w.host, w.gpu) for w in j.workers],
                                      "wu": WARMUP_ITERATIONS, "t": tuning()},

@@ -44,7 +44,8 @@ def payload_cluster(sc, fraction: float):
 
 
 def crossval(scenario_path: str, policy: str, out: Path, quiet: bool = False,
-             runs: int = 1, seeds: int = 0, framing: bool = True) -> dict:
+             runs: int = 1, seeds: int = 0, framing: bool = True, iterations: int = 0) -> dict:
+    """``iterations``: every job runs that many instead of the scenario's (0: as given)."""
     from emulation.qos import TCP_PAYLOAD_PER_FRAME
     from emulation.runner import run_emulation
     from simulation import SimConfig, simulate, write_results
@@ -52,6 +53,8 @@ def crossval(scenario_path: str, policy: str, out: Path, quiet: bool = False,
     from workloads.scenario import load_scenario, resolve
 
     sc = load_scenario(scenario_path)
+    if iterations:
+        sc = sc.with_iterations(iterations)
     resolve(sc)                       # a bad scenario fails here, before any run
     seeds = seeds or runs
     payload = TCP_PAYLOAD_PER_FRAME if framing else 1.0
@@ -104,23 +107,26 @@ def main(argv=None) -> int:
                     help="tcp (default): the simulated links carry payload at the emulated "
                          "frames' share of the rate (emulation.qos.TCP_PAYLOAD_PER_FRAME); "
                          "none: at the full rate")
+    ap.add_argument("--iterations", type=int, default=0, metavar="N",
+                    help="every job runs N iterations instead of the scenario's (e.g. 55 for a "
+                         "quicker look at pair-shared-spine)")
     ap.add_argument("--out", default=None, help="keep both runs here (default: a temporary folder)")
     a = ap.parse_args(argv)
     from workloads.scenario import ScenarioError
 
-    if a.runs < 1 or a.seeds < 0:
-        print("error: --runs must be at least 1 and --seeds at least 0", file=sys.stderr)
+    if a.runs < 1 or a.seeds < 0 or a.iterations < 0:
+        print("error: --runs must be at least 1, --seeds and --iterations at least 0", file=sys.stderr)
         return 2
     try:
         if a.out:
             out = Path(a.out)
             out.mkdir(parents=True, exist_ok=True)
             res = crossval(a.scenario, a.policy, out, runs=a.runs, seeds=a.seeds,
-                               framing=a.framing == "tcp")
+                               framing=a.framing == "tcp", iterations=a.iterations)
         else:
             with tempfile.TemporaryDirectory(prefix="crossval-") as d:
                 res = crossval(a.scenario, a.policy, Path(d), runs=a.runs, seeds=a.seeds,
-                               framing=a.framing == "tcp")
+                               framing=a.framing == "tcp", iterations=a.iterations)
     except ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -59,6 +59,8 @@ def test_strict_priority_on_the_pair_looks_better_than_it_is_in_the_plain_mean(t
     d = yaml.safe_load((REPO / "scenarios" / "pair-shared-spine.yaml").read_text())
     d = copy.deepcopy(d)
     d["backend"] = "simulation"
+    for j in d["jobs"]:
+        j["iterations"] = 55
     f = tmp_path / "pair-sim.yaml"
     f.write_text(yaml.safe_dump(d))
     out = tmp_path / "out"

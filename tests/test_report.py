@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from analysis.__main__ import main as analysis_main
 from analysis.compare import run_compare
@@ -290,18 +291,27 @@ def test_compare_records_failures_and_writes_the_report(tmp_path, capsys):
     # --out must not be reused
     r = run_cli("analysis", "compare", str(sc), "--out", str(out), timeout=60)
     assert r.returncode == 2 and "exists and is not empty" in r.stderr
+    # a length that leaves nothing after the warm-up: one line, nothing written
+    fresh = tmp_path / "fresh"
+    r = run_cli("analysis", "compare", str(sc), "--out", str(fresh), "--iterations", "5", timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--iterations 5" in r.stderr, r.stderr
+    assert not fresh.exists()
 
 
 def test_compare_on_the_simulator(tmp_path):
-    """The simulator path for real, on the smallest scenario (a second or two)."""
+    """The simulator path for real, on the smallest scenario (a second or two): every job
+    shortened to 8 iterations by --iterations, which the run's scenario.yaml records."""
     sc = tmp_path / "pair.yaml"
     sc.write_text((REPO / "scenarios" / "pair-shared-spine.yaml").read_text()
-                  .replace("backend: emulation", "backend: simulation")
-                  .replace("iterations: 55", "iterations: 5"))
+                  .replace("backend: emulation", "backend: simulation"))
     out = tmp_path / "cmp"
     r = run_cli("analysis", "compare", str(sc), "--policies", "fair,harmonics", "--out", str(out),
-                timeout=120)
+                "--iterations", "8", timeout=120)
     assert r.returncode == 0, r.stderr
+    assert [j["iterations"] for j in yaml.safe_load((out / "scenario.yaml").read_text())["jobs"]] == [8, 8]
+    assert json.loads((out / "compare.json").read_text())["options"]["iterations"] == 8
+    with open(out / "fair" / "iterations.csv", newline="") as f:
+        assert max(int(x["iteration"]) for x in csv.DictReader(f)) == 7
     pol = by_policy(out)
     assert [pol[p]["status"] for p in ("fair", "harmonics")] == ["ok", "ok"]
     assert (out / "fair" / "decisions.csv").exists() and (out / "harmonics" / "links.csv").exists()

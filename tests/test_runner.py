@@ -24,7 +24,7 @@ ISOLATED_MARGIN = 0.15
 @pytest.fixture(scope="module")
 def fair_run(emulation_ready, tmp_path_factory):
     out = tmp_path_factory.mktemp("fair")
-    sc = load_scenario(PAIR)
+    sc = load_scenario(PAIR).with_iterations(55)     # 50 measured: enough for these checks
     rows = run_emulation(sc, "fair", out, isolated="measured", quiet=True)
     return sc, out, rows
 
@@ -200,3 +200,17 @@ def test_priority_on_a_host_nic_shared_by_two_jobs(emulation_ready, tmp_path):
     assert rows["jobA"]["jct_s"] < 0.85 * rows["jobB"]["jct_s"], rows
     cap = pcap.analyze_pcap(out / "captures" / "tor0-sp0.pcap", out / "specs")
     assert max(cap.jobs["jobA"].dscp, key=cap.jobs["jobA"].dscp.get) == 46
+
+
+def test_a_long_run_measures_its_jobs_alone_over_at_most_55_iterations():
+    """The isolated time of a job does not depend on how long the run it is compared with
+    is: a 505-iteration job shares the cached isolated measurement of the same job at 55
+    iterations (the length it is measured over), and a shorter job is measured as it is."""
+    from emulation.runner import ISOLATED_ITERATIONS, _alone_spec, _isolated_cache
+    sc = load_scenario(PAIR)
+    keys = {}
+    for n in (505, 200, ISOLATED_ITERATIONS, 30):
+        rs = resolve(sc.with_iterations(n))
+        keys[n] = _isolated_cache(rs, rs.jobs[0])
+        assert _alone_spec(rs.jobs[0]).iterations == min(n, ISOLATED_ITERATIONS)
+    assert keys[505] == keys[200] == keys[ISOLATED_ITERATIONS] != keys[30]

@@ -37,3 +37,20 @@ def test_arrivals_scenario_script_end_to_end(emulation_ready, tmp_path):
     assert first_third > 0 and "third" not in seen[0]
     assert "third" not in seen[-1] and "third" not in recs[-1]["decisions"]
     assert not our_bridges()
+
+
+def test_demo_script_runs_the_default_scenario_shortened_and_takes_the_users_options(
+        emulation_ready, tmp_path):
+    """demo.sh runs pair-shared-spine with 105 iterations a job unless the user asks for
+    another length (here 8, fair only, to keep the test short): the user's options win."""
+    out = tmp_path / "demo"
+    r = subprocess.run([str(REPO / "scripts" / "demo.sh"), "--policies", "fair", "--iterations", "8",
+                        "--isolated", "analytical", "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "demo: every job runs 105 iterations" in r.stderr and "| fair |" in r.stdout
+    ran = (out / "scenario.yaml").read_text()
+    assert "name: pair-shared-spine" in ran and ran.count("iterations: 8") == 2
+    rows = list(csv.DictReader(open(out / "fair" / "summary.csv")))
+    assert [int(x["iterations"]) for x in rows] == [8, 8]
+    assert not our_bridges()

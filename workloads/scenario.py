@@ -164,6 +164,11 @@ class Scenario(_Strict):
             seen.add(j.name)
         return self
 
+    def with_iterations(self, n: int) -> "Scenario":
+        """This scenario with every job running ``n`` iterations (a shorter or longer run)."""
+        return self.model_copy(update={"jobs": [j.model_copy(update={"iterations": n})
+                                                for j in self.jobs]})
+
 
 # Bounds far above any cluster the tools are meant for (the largest shipped scenario has 847
 # hosts and 6,776 GPUs): past them a typo such as racks: 1e12 would exhaust memory instead
