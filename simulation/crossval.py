@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
+from workloads.argtypes import positive_int
+
 
 def _spread(values: List[float]) -> float:
     """Run-to-run coefficient of variation (0 for one run)."""
@@ -107,15 +109,15 @@ def main(argv=None) -> int:
                     help="tcp (default): the simulated links carry payload at the emulated "
                          "frames' share of the rate (emulation.qos.TCP_PAYLOAD_PER_FRAME); "
                          "none: at the full rate")
-    ap.add_argument("--iterations", type=int, default=0, metavar="N",
+    ap.add_argument("--iterations", type=positive_int, default=0, metavar="N",
                     help="every job runs N iterations instead of the scenario's (e.g. 55 for a "
                          "quicker look at pair-shared-spine)")
     ap.add_argument("--out", default=None, help="keep both runs here (default: a temporary folder)")
     a = ap.parse_args(argv)
     from workloads.scenario import ScenarioError
 
-    if a.runs < 1 or a.seeds < 0 or a.iterations < 0:
-        print("error: --runs must be at least 1, --seeds and --iterations at least 0", file=sys.stderr)
+    if a.runs < 1 or a.seeds < 0:
+        print("error: --runs must be at least 1 and --seeds at least 0", file=sys.stderr)
         return 2
     try:
         if a.out:

@@ -42,7 +42,7 @@ def _csv(path):
 def hogged_run(emulation_ready, tmp_path_factory):
     d = tmp_path_factory.mktemp("hog")
     sc = load_scenario(PAIR)
-    sc = sc.model_copy(update={"jobs": [j.model_copy(update={"iterations": 12}) for j in sc.jobs]})
+    sc = sc.with_iterations(12)
     hogs = _hogs()
     try:
         run_emulation(sc, "fair", d / "fair", isolated="analytical", quiet=True)

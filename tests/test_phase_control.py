@@ -142,9 +142,8 @@ def test_decided_phase_follows_the_measured_period():
 
 def pair(jitter, iters=120, seed=0):
     sc = load_scenario(REPO / "scenarios" / "pair-shared-spine.yaml")
-    sc = sc.model_copy(update={"seed": seed, "jobs": [j.model_copy(update={"iterations": iters})
-                                                      for j in sc.jobs],
-                               "simulation": sc.simulation.model_copy(update={"compute_jitter": jitter})})
+    sc = sc.with_iterations(iters).model_copy(update={
+        "seed": seed, "simulation": sc.simulation.model_copy(update={"compute_jitter": jitter})})
     return resolve(sc)
 
 
@@ -215,7 +214,7 @@ def test_emulated_shift_holds_after_30_iterations(emulation_ready, tmp_path):
     from emulation.runner import run_emulation
 
     sc = load_scenario(REPO / "scenarios" / "pair-shared-spine.yaml")
-    sc = sc.model_copy(update={"jobs": [j.model_copy(update={"iterations": 45}) for j in sc.jobs]})
+    sc = sc.with_iterations(45)
     rows = run_emulation(sc, "harmonics", tmp_path, isolated="analytical", quiet=True)
     with open(tmp_path / "phase.csv") as f:
         phase = [r for r in csv.DictReader(f) if r["job"] == "jobB" and r["error"]]
