@@ -86,6 +86,16 @@ def fidelity_md(rep: Report) -> List[str]:
             "`fidelity`):", ""] + [f"- {x}" for x in lines] + [""]
 
 
+def _classes_note(sc) -> str:
+    """How the cluster's switches serve the priority classes, when the scenario says."""
+    g = sc.class_guarantee
+    if g is None:
+        return ""
+    if g == 0:
+        return ", strict priority classes"
+    return f", every lower priority class keeps {100 * g:g}% of a link"
+
+
 def render_markdown(rep: Report) -> str:
     sc = rep.scenario
     L = [f"# Policy comparison: {sc.name}", ""]
@@ -95,7 +105,7 @@ def render_markdown(rep: Report) -> str:
     backends = sorted({r.backend for r in rep.runs if r.backend != "?"}) or [sc.backend]
     L += [f"- back end: **{', '.join(backends)}**; cluster: {sc.racks} racks, {sc.hosts} hosts, "
           f"{sc.gpus} GPUs, {sc.spines} spine{'s' if sc.spines != 1 else ''}, host links {sc.host_link_gbps:g} Gb/s, "
-          f"uplinks {sc.uplink_gbps:g} Gb/s; {len(sc.arrivals)} jobs",
+          f"uplinks {sc.uplink_gbps:g} Gb/s{_classes_note(sc)}; {len(sc.arrivals)} jobs",
           f"- results: `{rep.dir}`; report generated {time.strftime('%Y-%m-%d %H:%M:%S')} by "
           f"`python -m analysis report`"]
     if rep.compare.get("started"):

@@ -45,6 +45,7 @@ class ScenarioInfo:
     gpus: int = 0
     uplink_gbps: float = math.nan
     host_link_gbps: float = math.nan
+    class_guarantee: Optional[float] = None   # cluster.class_guarantee (None: the back end's own)
     arrivals: Dict[str, float] = field(default_factory=dict)     # trace s
     iterations: Dict[str, int] = field(default_factory=dict)
     path: Optional[Path] = None
@@ -86,6 +87,7 @@ def read_scenario_info(path: Path) -> ScenarioInfo:
         racks=racks, hosts=hosts, spines=int(cl.get("spines", 1) or 1),
         gpus=hosts * int(cl.get("gpus_per_host", 1) or 1),
         uplink_gbps=num(cl.get("uplink_gbps")), host_link_gbps=num(cl.get("host_link_gbps")),
+        class_guarantee=None if cl.get("class_guarantee") is None else num(cl.get("class_guarantee")),
         arrivals={j["name"]: float(j.get("arrival_s", 0.0) or 0.0) for j in jobs},
         iterations={j["name"]: int(j["iterations"]) for j in jobs if "iterations" in j},
         path=Path(path))

@@ -27,6 +27,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError,
                       field_validator, model_validator)
 
+from workloads.cluster import MAX_CLASS_GUARANTEE
 from workloads.scenario import ScenarioError, _format_error, parse_scenario
 
 
@@ -57,6 +58,7 @@ class GenCluster(_Strict):
     uplink_gbps: Optional[PositiveFloat] = None
     oversubscription: PositiveFloat = 2.0
     gpu: str = "A100"
+    class_guarantee: Optional[float] = Field(None, ge=0.0, le=MAX_CLASS_GUARANTEE)
 
 
 class Generate(_Strict):
@@ -349,11 +351,13 @@ def cell_scenario(kind: str, base: dict, seed: int, name: str):
     c = g.cluster
     if c.topology == "lingjun":
         spec = lingjun_cluster(gpus_per_host=c.gpus_per_host, host_link_gbps=c.host_link_gbps,
-                               uplink_gbps=c.uplink_gbps or 400.0, gpu=c.gpu)
+                               uplink_gbps=c.uplink_gbps or 400.0, gpu=c.gpu,
+                               class_guarantee=c.class_guarantee)
     else:
         spec = leaf_spine(c.racks, c.hosts_per_rack, c.spines, gpus_per_host=c.gpus_per_host,
                           host_link_gbps=c.host_link_gbps, uplink_gbps=c.uplink_gbps,
-                          oversubscription=c.oversubscription, gpu=c.gpu)
+                          oversubscription=c.oversubscription, gpu=c.gpu,
+                          class_guarantee=c.class_guarantee)
     return generate(spec, g.jobs, iterations=g.iterations, seed=seed, placement=g.placement,
                     arrival=g.arrivals, mean_interarrival_s=g.mean_interarrival_s, name=name,
                     epoch_s=g.epoch_s, use_zoo=not g.synthetic, models=g.models)

@@ -46,6 +46,7 @@ from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
+from .qos import GUARANTEE_FRACTION
 from .yielding import Every, yielding_pids  # noqa: F401 (the runner's role)
 
 # 0.05 s: a queue backlogged at both ends of a longer interval often ran dry inside it (ring
@@ -78,7 +79,6 @@ THRESHOLDS = {
     "phase_error_max": 0.25,          # mean |phase error|, fraction of the period: a quarter
                                       # period off on average is a decision that did not hold
 }
-CLASS_GUARANTEE = 0.02                # emulation/qos.py GUARANTEE_FRACTION
 
 
 def read_cpu() -> tuple:
@@ -190,8 +190,9 @@ class Monitor:
     returning the PIDs of that role now (looked up at every sample: workers come and go)."""
 
     def __init__(self, links: Dict[str, tuple], roles: Optional[Dict[str, callable]] = None,
-                 period: float = SAMPLE_S):
+                 period: float = SAMPLE_S, share: float = GUARANTEE_FRACTION):
         self.links = dict(links)
+        self.share = share          # each class's guaranteed share of a link (emulation.qos)
         self.roles = roles or {}
         self.period = period
         self.samples: List[dict] = []
@@ -317,7 +318,7 @@ class Monitor:
                         comp_s += dt
                         comp_top += max(0, sent[busy[0]])
                         comp_all += tot
-                        comp_expect += (1.0 - CLASS_GUARANTEE * (len(busy) - 1)) * tot
+                        comp_expect += (1.0 - self.share * (len(busy) - 1)) * tot
             rec = {"link": lid, "mbps": mbps, "saturated_s": round(sat_s, 2)}
             seen = [x["q"][dev] for x in self.samples if dev in x["q"]]
             if len(seen) >= 2:

@@ -8,14 +8,15 @@ carries this tree (replacing Mininet's single htb class):
 
     1:   htb root, default = lowest class
     1:1  the link: rate = ceil = link rate
-    1:1k class k (k = 0 is the highest): rate = GUARANTEE_FRACTION of the link,
+    1:1k class k (k = 0 is the highest): rate = the guarantee's share of the link,
          ceil = link, htb prio k  -> spare bandwidth goes to the lowest prio first
 
 htb gives every class its guaranteed rate before lending the rest by prio, so the
 guarantee is the one departure from strict priority: a low class saturated under a
-saturated high class keeps about GUARANTEE_FRACTION of the link (measured in
-tests/test_enforcement.py).  Which DSCP is which class is the controller's and the
-hosts' common contract, scheduling/classes.py.
+saturated high class keeps about that share of the link (measured in
+tests/test_enforcement.py): the scenario's ``cluster.class_guarantee``, or
+GUARANTEE_FRACTION when it sets none (``guarantee_of``).  Which DSCP is which class is the
+controller's and the hosts' common contract, scheduling/classes.py.
 """
 from __future__ import annotations
 
@@ -34,8 +35,16 @@ GUARANTEE_FRACTION = 0.02
 TCP_PAYLOAD_PER_FRAME = 1448 / 1514
 
 
-def tree_commands(dev: str, mbps: float, num_classes: int) -> List[List[str]]:
-    guarantee = max(mbps * GUARANTEE_FRACTION, 0.05)
+def guarantee_of(spec) -> float:
+    """The share of a link each class keeps here for a cluster description
+    (``ClusterSpec.class_guarantee``; the emulator's own when it sets none)."""
+    g = spec.class_guarantee
+    return GUARANTEE_FRACTION if g is None else float(g)
+
+
+def tree_commands(dev: str, mbps: float, num_classes: int,
+                  share: float = GUARANTEE_FRACTION) -> List[List[str]]:
+    guarantee = max(mbps * share, 0.05)
     lowest = 0x10 + num_classes - 1
     cmds = [
         ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", f"{lowest:x}"],
@@ -57,11 +66,12 @@ def tree_commands(dev: str, mbps: float, num_classes: int) -> List[List[str]]:
     return cmds
 
 
-def install_classes(devs: Iterable[str], mbps: float, num_classes: int, run=None) -> None:
+def install_classes(devs: Iterable[str], mbps: float, num_classes: int, run=None,
+                    share: float = GUARANTEE_FRACTION) -> None:
     """Install the tree on each interface; ``run`` runs a command line in another network
     namespace (a Mininet host's ``cmd``) and returns its output, which must be empty."""
     for dev in devs:
-        for cmd in tree_commands(dev, mbps, num_classes):
+        for cmd in tree_commands(dev, mbps, num_classes, share):
             if run is not None:
                 out = run(" ".join(cmd)).strip()
                 if out:
@@ -72,8 +82,9 @@ def install_classes(devs: Iterable[str], mbps: float, num_classes: int, run=None
                 raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
 
 
-def install_classes_map(devs: Dict[str, float], num_classes: int) -> None:
+def install_classes_map(devs: Dict[str, float], num_classes: int,
+                        share: float = GUARANTEE_FRACTION) -> None:
     """Install the tree on every interface of ``devs`` (interface -> link rate, Mbit/s)."""
     for dev, mbps in devs.items():
-        install_classes([dev], mbps, num_classes)
+        install_classes([dev], mbps, num_classes, share=share)
 

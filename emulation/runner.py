@@ -130,14 +130,15 @@ def _ovs_pids() -> List[int]:
     return []
 
 
-def start_monitor(ec: EmulatedCluster, procs: Dict[str, list], captures: list) -> fidelity.Monitor:
+def start_monitor(ec: EmulatedCluster, procs: Dict[str, list], captures: list,
+                  share: float = qos.GUARANTEE_FRACTION) -> fidelity.Monitor:
     roles = {"ovs-vswitchd": _ovs_pids,
              "controller": lambda: [ec.controller_proc.pid] if ec.controller_proc else [],
              "tcpdump": lambda: [p.pid for p in captures],
              "workers": lambda: [p.pid for ps in procs.values() for p in ps],
              "runner (monitor included)": lambda: [os.getpid()],
              fidelity.YIELDING_ROLE: fidelity.Every(fidelity.yielding_pids)}
-    return fidelity.Monitor(monitored_links(ec), roles).start()
+    return fidelity.Monitor(monitored_links(ec), roles, share=share).start()
 
 
 def expected_duration(rs: ResolvedScenario) -> float:
@@ -235,14 +236,15 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
             info["presolve"] = wait_presolved(ec, policy)
             # the run's clock starts once the cluster is up: jobs start relative to it
             start_at = time.time() + 3.0 + 0.05 * sum(len(j.workers) for j in rs.jobs)
-            qos.install_classes_map(shared_link_interfaces(ec), num_classes)
+            share = qos.guarantee_of(rs.cluster.spec)
+            qos.install_classes_map(shared_link_interfaces(ec), num_classes, share)
             if rs.cluster.spec.gpus_per_host > 1:
                 # several jobs' workers share a host's NIC: classes on its egress too (the
                 # workers mark their packets with their job's DSCP from the control file)
                 host_mbps = emu.link_mbps(rs.cluster.spec.host_link_gbps)
                 for h in rs.cluster.hosts:
                     qos.install_classes([ec.host(h).defaultIntf().name], host_mbps, num_classes,
-                                        run=ec.host(h).cmd)
+                                        run=ec.host(h).cmd, share=share)
             for name, intf in capture_links(ec, capture if capture is not None else emu.capture).items():
                 p = subprocess.Popen(["tcpdump", "-i", intf, "-s", str(SNAPLEN), "-Z", "root", "-U", "-n", "--immediate-mode",
                                       "-w", str(out / "captures" / f"{name}.pcap"), "tcp"],
@@ -251,7 +253,7 @@ def run_emulation(sc: Scenario, policy: str, out: Path, *, isolated: str = "meas
                 if info["tuning"]["aux_nice"]:
                     os.setpriority(os.PRIO_PROCESS, p.pid, info["tuning"]["aux_nice"])
                 captures.append(p)
-            mon = start_monitor(ec, procs, captures)
+            mon = start_monitor(ec, procs, captures, share)
             mon.t_from = start_at
             for idx, j in enumerate(rs.jobs):
                 spec_path = out / "specs" / f"{j.name}.json"

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from workloads.argtypes import positive_float, positive_int
+from workloads.argtypes import class_share, positive_float, positive_int
 from workloads.scenario import ScenarioError, load_scenario, resolve
 
 
@@ -132,12 +132,14 @@ def cmd_generate(a, argv=None) -> int:
     try:
         if a.topology == "lingjun":
             spec = lingjun_cluster(gpus_per_host=a.gpus_per_host, host_link_gbps=a.host_link_gbps,
-                                   uplink_gbps=a.uplink_gbps or 400.0)
+                                   uplink_gbps=a.uplink_gbps or 400.0,
+                                   class_guarantee=a.class_guarantee)
         else:
             check_cluster_size(a.racks * a.hosts_per_rack, a.gpus_per_host, a.spines)
             spec = leaf_spine(a.racks, a.hosts_per_rack, a.spines, gpus_per_host=a.gpus_per_host,
                               host_link_gbps=a.host_link_gbps, uplink_gbps=a.uplink_gbps,
-                              oversubscription=a.oversubscription)
+                              oversubscription=a.oversubscription,
+                              class_guarantee=a.class_guarantee)
     except ValueError as e:   # pydantic's ValidationError included
         raise UsageError(" ".join(str(e).split("\n")[:2])) from None
     name = a.name or Path(a.out).stem
@@ -188,6 +190,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--host-link-gbps", type=positive_float, default=200.0)
     g.add_argument("--uplink-gbps", type=positive_float, default=None)
     g.add_argument("--oversubscription", type=positive_float, default=2.0)
+    g.add_argument("--class-guarantee", type=class_share, default=None, metavar="F",
+                   help="share of a link each lower priority class keeps (cluster.class_guarantee, 0-0.25)")
     g.add_argument("--jobs", type=positive_int, default=100)
     g.add_argument("--iterations", type=positive_int, default=100)
     g.add_argument("--placement", choices=["packed", "first-fit", "fragmented"], default="first-fit")

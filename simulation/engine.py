@@ -143,6 +143,9 @@ class Engine(FlowRates, PolicyControl):
         self.slot_job = np.zeros(n0, dtype=np.int64)
         self.slot_len = np.zeros(n0, dtype=np.int64)
         self.job_cls = np.zeros(len(self.jobs), dtype=np.int64)
+        # each lower class's share of a link while a higher one is backlogged (0: strict priority)
+        self.class_guarantee = float(cluster.spec.class_guarantee or 0.0)
+        self._mixed_last = False                 # the last allocation had several classes
         self._setup_phasing()
 
     def _setup_phasing(self):

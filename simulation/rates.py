@@ -175,6 +175,13 @@ class FlowRates:
     def _reallocate(self):
         self.rate_updates += 1
         full = self.full_recompute
+        if self.class_guarantee > 0:
+            # the incremental update rests on strict priority; with guaranteed shares it holds
+            # only while a single class communicates, before and after
+            cls = self.job_cls[self.slot_job[self.alive]]
+            mixed = len(cls) > 0 and cls.min() != cls.max()
+            full = full or mixed or self._mixed_last
+            self._mixed_last = mixed
         added, removed = self.added_slots, self.removed_changes
         self.full_recompute = False
         self.added_slots = set()
@@ -268,7 +275,10 @@ class FlowRates:
         self._asm = (idx, rows, cols, vals)
         jix = self.slot_job[idx]
         classes = self.job_cls[jix]
-        if full:
+        if full and self.class_guarantee > 0:
+            r = _wf.waterfill_guaranteed(len(idx), classes, rows, cols, vals, self.capacity,
+                                         self.L, self.class_guarantee)
+        elif full:
             r = waterfill(len(idx), classes, rows, cols, vals, self.capacity)
         else:
             # only entities added / removed since the last allocation: reuse it where max-min

@@ -42,25 +42,29 @@ def lingjun_racks() -> List[Tuple[str, str, int]]:
 
 
 def lingjun_cluster(gpus_per_host: int = 8, host_link_gbps: float = 200.0,
-                    uplink_gbps: float = 400.0, gpu: str = "A100") -> ClusterSpec:
+                    uplink_gbps: float = 400.0, gpu: str = "A100",
+                    class_guarantee: Optional[float] = None) -> ClusterSpec:
     """The Lingjun production Clos as a ClusterSpec: 119 racks with their real host counts
     (847 hosts), 3 spines.  Defaults (assumptions, not in the data): 8 GPUs per host, one
     200 Gb/s host link, 400 Gb/s from every ToR to each of the 3 spines (a full 8-host rack is
-    then 1600:1200, i.e. 1.33:1 oversubscribed)."""
+    then 1600:1200, i.e. 1.33:1 oversubscribed).  ``class_guarantee``: the switches' minimum
+    share per priority class (``ClusterSpec``)."""
     racks = lingjun_racks()
     spines = len({p for p, _, _ in racks})
     return ClusterSpec(racks=len(racks), hosts_per_rack=[n for _, _, n in racks], spines=spines,
                        gpus_per_host=gpus_per_host, host_link_gbps=host_link_gbps,
-                       uplink_gbps=uplink_gbps, gpu=gpu)
+                       uplink_gbps=uplink_gbps, gpu=gpu, class_guarantee=class_guarantee)
 
 
 def leaf_spine(racks: int, hosts_per_rack: int, spines: int, gpus_per_host: int = 8,
                host_link_gbps: float = 200.0, uplink_gbps: Optional[float] = None,
-               oversubscription: float = 2.0, gpu: str = "A100") -> ClusterSpec:
+               oversubscription: float = 2.0, gpu: str = "A100",
+               class_guarantee: Optional[float] = None) -> ClusterSpec:
     """A uniform leaf-spine; ``uplink_gbps`` defaults to the rate that gives
-    ``oversubscription`` = hosts * host rate / (spines * uplink rate)."""
+    ``oversubscription`` = hosts * host rate / (spines * uplink rate).  ``class_guarantee``:
+    the switches' minimum share per priority class (``ClusterSpec``)."""
     if uplink_gbps is None:
         uplink_gbps = hosts_per_rack * host_link_gbps / (spines * oversubscription)
     return ClusterSpec(racks=racks, hosts_per_rack=hosts_per_rack, spines=spines,
                        gpus_per_host=gpus_per_host, host_link_gbps=host_link_gbps,
-                       uplink_gbps=uplink_gbps, gpu=gpu)
+                       uplink_gbps=uplink_gbps, gpu=gpu, class_guarantee=class_guarantee)

@@ -330,3 +330,50 @@ def _first_fill_level(rows, cols, vals, cap, prev, in_class, new):
     tot_ar = np.bincount(pos, weights=ar, minlength=nkn)
     level[rest] = (capk[rest] - tot_ar[rest]) / W[rest]
     return float(np.min(np.maximum(level, 0.0)))
+
+
+
+def waterfill_guaranteed(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                         vals: np.ndarray, capacity: np.ndarray, n_links: int,
+                         share: float) -> np.ndarray:
+    """``waterfill`` where every priority class below the highest one present keeps ``share``
+    of each link (``cols`` < ``n_links``) while a higher class is backlogged, as htb's
+    guaranteed rates or a switch's ETS minimum give (``ClusterSpec.class_guarantee``).
+
+    Two stages, as htb serves its classes:
+    * the guarantees: every entity of a lower class is filled against its class's guarantee
+      on each of its links (``share`` x the link, one virtual constraint per class and link)
+      and the real constraints, all lower classes in one max-min filling;
+    * what is left goes by strict priority: ``waterfill`` of every class (the highest first)
+      against the residual, each entity's increment added to its guaranteed rate.
+    Both stages are one strict-priority filling of an augmented incidence, whose top class
+    is the guarantees (a copy of every lower-class entity). ``share`` 0, or a single class:
+    ``waterfill`` itself."""
+    classes = np.asarray(classes, dtype=np.int64)
+    if share <= 0 or n_entities == 0 or len(rows) == 0:
+        return waterfill(n_entities, classes, rows, cols, vals, capacity)
+    present = np.unique(classes[np.asarray(rows, dtype=np.int64)])
+    if len(present) < 2:
+        return waterfill(n_entities, classes, rows, cols, vals, capacity)
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    vals = np.asarray(vals, dtype=float)
+    capacity = np.asarray(capacity, dtype=float)
+    rank = np.minimum(np.searchsorted(present, classes), len(present) - 1)   # 0: the highest present
+    lower = np.flatnonzero(rank > 0)
+    copy_of = np.full(n_entities, -1, dtype=np.int64)
+    copy_of[lower] = n_entities + np.arange(len(lower))
+    sel = copy_of[rows] >= 0
+    c_rows, c_cols, c_vals = copy_of[rows[sel]], cols[sel], vals[sel]
+    on_link = c_cols < n_links
+    g_cols = len(capacity) + (rank[rows[sel]][on_link] - 1) * n_links + c_cols[on_link]
+    # (a copy's entries are not contiguous: both fillings take entries in any order)
+    a_rows = np.concatenate([rows, c_rows, c_rows[on_link]])
+    a_cols = np.concatenate([cols, c_cols, g_cols])
+    a_vals = np.concatenate([vals, c_vals, c_vals[on_link]])
+    a_cap = np.concatenate([capacity, np.tile(capacity[:n_links] * share, len(present) - 1)])
+    a_cls = np.concatenate([rank + 1, np.zeros(len(lower), dtype=np.int64)])
+    r = waterfill(n_entities + len(lower), a_cls, a_rows, a_cols, a_vals, a_cap)
+    out = r[:n_entities].copy()
+    out[lower] += r[n_entities:]
+    return out

@@ -340,6 +340,20 @@ def test_class_dscp_is_the_tc_filters_contract():
         class_dscp(4, 4)
 
 
+def test_class_guarantee_is_the_clusters_own():
+    from emulation.qos import GUARANTEE_FRACTION, guarantee_of, tree_commands
+    from workloads.cluster import ClusterSpec
+    spec = ClusterSpec(racks=2, hosts_per_rack=2, host_link_gbps=100, uplink_gbps=100)
+    assert guarantee_of(spec) == GUARANTEE_FRACTION
+    spec = spec.model_copy(update={"class_guarantee": 0.1})
+    leaves = [c for c in tree_commands("eth0", 100.0, 4, guarantee_of(spec))
+              if c[:2] == ["tc", "class"] and c[c.index("classid") + 1] != "1:1"]
+    assert [c[c.index("rate") + 1] for c in leaves] == ["10.0000mbit"] * 4
+    with pytest.raises(ValueError):
+        ClusterSpec(racks=2, hosts_per_rack=2, host_link_gbps=100, uplink_gbps=100,
+                    class_guarantee=0.3)          # four classes cannot each keep 30%
+
+
 def test_log_lines_round_trip(tmp_path):
     line = log_line("jobA", 1, 3, 0.5, 0.25, 0.125, 1.0, 100, 200, None, "ok", "a, b\nc")
     d = parse_log_line(line)

@@ -2,6 +2,7 @@
 on the real emulated cluster, through the controller's epoch loop (static policy: the
 decisions come from a file the test rewrites)."""
 import json
+import subprocess
 import time
 
 import pytest
@@ -55,6 +56,32 @@ def test_high_class_gets_more_and_swapping_swaps(cluster):
     # the decisions log says what was decided, epoch by epoch
     recs = [json.loads(l) for l in open(ec.run_dir / "decisions.jsonl")]
     assert recs and recs[-1]["decisions"]["jobB"]["priority"] == 0
+
+
+def test_lower_class_keeps_the_clusters_guarantee(cluster):
+    # cluster.class_guarantee is what a saturated lower class keeps under a saturated higher
+    # one: the htb tree at 0.25 of the link against the emulator's own 0.02
+    ec, decide = cluster
+    decide({"jobA": _decision("jobA", 0), "jobB": _decision("jobB", 3)})
+    devs = runner.shared_link_interfaces(ec)
+
+    def set_share(g):     # the installed tree's classes changed in place (htb's root stays)
+        share = qos.guarantee_of(ec.scenario.cluster.model_copy(update={"class_guarantee": g}))
+        for dev, mbps in devs.items():
+            for cmd in qos.tree_commands(dev, mbps, 4, share):
+                if cmd[1] == "class":
+                    subprocess.run(cmd, check=True, capture_output=True)
+
+    shares = {}
+    try:
+        for g in (0.25, qos.GUARANTEE_FRACTION):
+            set_share(g)
+            a, b = stackcheck.measure_flows(ec, PAIRS, seconds=5)
+            shares[g] = b.mbps / (a.mbps + b.mbps)
+    finally:
+        set_share(qos.GUARANTEE_FRACTION)
+    assert 0.18 <= shares[0.25] <= 0.32, shares            # measured: 0.250
+    assert shares[qos.GUARANTEE_FRACTION] <= 0.06, shares   # measured: 0.021
 
 
 def test_meter_holds_a_tcp_flow_within_10_percent(cluster):

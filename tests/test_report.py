@@ -361,3 +361,14 @@ def test_the_phase_plot_of_many_held_jobs_shows_their_spread(tmp_path):
         warnings.simplefilter("error")
         assert plot_phase(rep, out)
     assert out.stat().st_size > 10_000
+
+
+def test_the_report_says_how_the_switches_serve_the_classes(sample):
+    generate_report(sample, plots=False)
+    assert "keeps" not in (sample / "comparison.md").read_text().split("\n## ")[0]   # unset: unsaid
+    scen = sample / "scenario.yaml"
+    d = yaml.safe_load(scen.read_text())
+    d["cluster"]["class_guarantee"] = 0.1
+    scen.write_text(yaml.safe_dump(d))
+    generate_report(sample, plots=False)
+    assert "every lower priority class keeps 10% of a link" in (sample / "comparison.md").read_text()

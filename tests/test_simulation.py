@@ -10,7 +10,7 @@ import pytest
 from scheduling.base import Decision, Policy
 from simulation.engine import SimConfig, simulate
 from simulation.topology import leaf_spine, lingjun_cluster, lingjun_racks
-from simulation.waterfill import waterfill, waterfill_update
+from simulation.waterfill import waterfill, waterfill_guaranteed, waterfill_update
 from simulation.workload import arrivals, generate
 from workloads.cluster import Cluster
 from workloads.scenario import dump_scenario, parse_scenario, resolve
@@ -18,11 +18,13 @@ from workloads.scenario import dump_scenario, parse_scenario, resolve
 GB = 1e9 / 8  # bytes/s per Gb/s
 
 
-def scenario(jobs, racks=2, hosts=2, spines=1, gpus=1, host_gbps=100, up_gbps=100, epoch=0.1):
+def scenario(jobs, racks=2, hosts=2, spines=1, gpus=1, host_gbps=100, up_gbps=100, epoch=0.1,
+             guarantee=None):
     return resolve(parse_scenario({
         "name": "t", "backend": "simulation",
         "cluster": {"racks": racks, "hosts_per_rack": hosts, "spines": spines,
-                    "gpus_per_host": gpus, "host_link_gbps": host_gbps, "uplink_gbps": up_gbps},
+                    "gpus_per_host": gpus, "host_link_gbps": host_gbps, "uplink_gbps": up_gbps,
+                    "class_guarantee": guarantee},
         "emulation": {"epoch_s": epoch, "time_scale": 1.0},
         "simulation": {"compute_jitter": 0.0},     # the noiseless fluid model's closed forms
         "jobs": jobs}))
@@ -156,6 +158,81 @@ def test_incremental_waterfill_equals_reference():
     assert checked_fast > 500
 
 
+def _reference_guaranteed(n, classes, rows, cols, vals, cap, n_links, share):
+    """The two stages of a guaranteed share told apart: every lower-class entity filled
+    against its class's share of each link (one sequential filling), then strict priority
+    over what is left, each entity's increment added."""
+    top = min(classes[e] for e in set(rows))
+    key = {}
+    g_rows, g_cols, g_vals, g_cap = [], [], [], []
+    for r, k, v in zip(rows, cols, vals):
+        if classes[r] == top:
+            continue
+        for kk, c in [(("link", k), cap[k])] + ([(("share", classes[r], k), share * cap[k])]
+                                                 if k < n_links else []):
+            if kk not in key:
+                key[kk] = len(g_cap)
+                g_cap.append(c)
+            g_rows.append(r)
+            g_cols.append(key[kk])
+            g_vals.append(v)
+    lower = sorted(set(g_rows))
+    pos = {e: i for i, e in enumerate(lower)}
+    base = np.zeros(n)
+    if lower:
+        base[lower] = _reference_fill(len(lower), [0] * len(lower), [pos[r] for r in g_rows],
+                                      g_cols, g_vals, g_cap)
+    resid = list(cap)
+    for r, k, v in zip(rows, cols, vals):
+        resid[k] -= v * base[r]
+    return base + _reference_fill(n, list(classes), rows, cols, vals, [max(x, 0.0) for x in resid])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_guaranteed_shares_match_the_two_stages(compiled, monkeypatch):
+    import simulation.waterfill as wf
+    if compiled:     # the compiled filling at every size (simulation.wfkernel)
+        monkeypatch.setattr(wf, "KERNEL_MIN_NNZ", 0)
+    rng = np.random.default_rng(11)
+    for case in range(60):
+        n, k = int(rng.integers(2, 20)), int(rng.integers(2, 12))
+        rows, cols, vals = [], [], []
+        for e in range(n):
+            for c in rng.choice(k, size=int(rng.integers(1, min(k, 4) + 1)), replace=False):
+                rows.append(e)
+                cols.append(int(c))
+                vals.append(float(rng.integers(1, 4)))
+        classes = rng.integers(0, 4, size=n)
+        cap = rng.uniform(1, 10, size=k)
+        n_links = k - int(rng.integers(0, 2))           # the last constraint may be virtual
+        share = [0.05, 0.1, 0.25][case % 3]
+        got = waterfill_guaranteed(n, classes, np.array(rows), np.array(cols), np.array(vals),
+                                   cap, n_links, share)
+        want = _reference_guaranteed(n, list(classes), rows, cols, vals, list(cap), n_links, share)
+        assert np.allclose(got, want, rtol=1e-9, atol=1e-12), case
+        load = np.bincount(cols, weights=got[rows] * np.array(vals), minlength=k)
+        assert np.all(load <= cap * (1 + 1e-9))
+        # no share: strict priority itself
+        strict = waterfill(n, classes, np.array(rows), np.array(cols), np.array(vals), cap)
+        assert np.array_equal(waterfill_guaranteed(n, classes, np.array(rows), np.array(cols),
+                                                   np.array(vals), cap, n_links, 0.0), strict)
+
+
+def test_guaranteed_share_is_kept_and_lent():
+    one = dict(rows=np.array([0, 1]), cols=np.array([0, 0]), vals=np.array([1.0, 1.0]))
+    # both backlogged on one link: the lower class keeps its share
+    assert np.allclose(waterfill_guaranteed(2, np.array([0, 1]), **one, capacity=np.array([10.0]),
+                                            n_links=1, share=0.1), [9.0, 1.0])
+    # the higher class bounded elsewhere (constraint 1): the lower class takes what it leaves
+    r = waterfill_guaranteed(2, np.array([0, 1]), np.array([0, 0, 1]), np.array([0, 1, 0]),
+                             np.array([1.0, 1.0, 1.0]), np.array([10.0, 3.0]), 1, 0.1)
+    assert np.allclose(r, [3.0, 7.0])
+    # every lower class keeps its own share; classes are ranked among those present
+    r = waterfill_guaranteed(3, np.array([1, 2, 3]), np.array([0, 1, 2]), np.array([0, 0, 0]),
+                             np.array([1.0, 1.0, 1.0]), np.array([10.0]), 1, 0.1)
+    assert np.allclose(r, [8.0, 1.0, 1.0])
+
+
 def test_waterfill_priority_and_counts():
     # entity 0: 2 flows on link 0; entity 1: 1 flow: per-flow fairness gives 2/3 vs 1/3
     r = waterfill(2, np.array([0, 0]), np.array([0, 1]), np.array([0, 0]), np.array([2.0, 1.0]),
@@ -218,6 +295,23 @@ def test_strict_priority_pair_alternates():
     assert all(t == pytest.approx(c + b, rel=1e-9) for t in ta)
     assert tb[0] == pytest.approx(c + 2 * b, rel=1e-9)      # waits once for a
     assert all(t == pytest.approx(c + b, rel=1e-9) for t in tb[1:])
+
+
+def test_guaranteed_share_slows_the_high_class_by_exactly_its_share():
+    # the pair of test_strict_priority_pair_alternates on a cluster whose lower class keeps
+    # g of the link: while both send, a gets (1 - g) C and b g C; then b gets all of it
+    c, m, g = 0.05, 300e6, 0.2
+    b = m / (100 * GB)
+    rs = scenario([dp_job("a", ["r0h0", "r1h0"], c, m), dp_job("b", ["r0h1", "r1h1"], c, m)],
+                  guarantee=g)
+    res = simulate(rs, Static(a={"priority": 0}, b={"priority": 1}))
+    ta, tb = res.iteration_times("a"), res.iteration_times("b")
+    assert ta[0] == pytest.approx(c + b / (1 - g), rel=1e-9)
+    assert tb[0] == pytest.approx(c + 2 * b, rel=1e-9)        # the link never idles
+    strict = simulate(scenario([dp_job("a", ["r0h0", "r1h0"], c, m),
+                                dp_job("b", ["r0h1", "r1h1"], c, m)], guarantee=0.0),
+                      Static(a={"priority": 0}, b={"priority": 1}))
+    assert strict.iteration_times("a")[0] == pytest.approx(c + b, rel=1e-9)
 
 
 def test_strict_priority_pair_short_compute():

@@ -128,6 +128,20 @@ def test_generate_and_bench_small(tmp_path):
     assert "256" in p.stdout.splitlines()[-1]
 
 
+def test_generate_writes_the_class_guarantee_and_refuses_a_bad_one(tmp_path):
+    from workloads.scenario import load_scenario
+    out = tmp_path / "g.yaml"
+    base = ["simulation", "generate", str(out), "--racks", "2", "--hosts-per-rack", "2",
+            "--spines", "1", "--jobs", "3", "--iterations", "3"]
+    p = run(*base, "--class-guarantee", "0.3")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "--class-guarantee" in p.stderr and not out.exists()
+    p = run(*base, "--class-guarantee", "0.1")
+    assert p.returncode == 0, p.stderr
+    assert load_scenario(out).cluster.class_guarantee == 0.1
+    assert "--class-guarantee 0.1" in out.read_text().splitlines()[0]
+
+
 def test_simulation_compare_is_analysis_compare_in_processes(tmp_path):
     """python -m simulation.compare = python -m analysis compare --run-timeout: one process
     per policy, the same result files as an in-process run, and compare's report."""

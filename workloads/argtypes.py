@@ -25,3 +25,15 @@ def positive_int(v: str) -> int:
     if x < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1 (got {v})")
     return x
+
+
+def class_share(v: str) -> float:
+    """A share of a link a priority class keeps (``ClusterSpec.class_guarantee``)."""
+    from .cluster import MAX_CLASS_GUARANTEE
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+    if not 0.0 <= x <= MAX_CLASS_GUARANTEE:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_CLASS_GUARANTEE:g} (got {v})")
+    return x

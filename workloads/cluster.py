@@ -24,6 +24,10 @@ from typing import List, Optional, Tuple, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 
+# four priority classes (the controller's and the simulator's default) can each keep a quarter
+MAX_CLASS_GUARANTEE = 0.25
+
+
 class ClusterSpec(BaseModel):
     """What the scenario YAML says under ``cluster:``."""
 
@@ -37,6 +41,11 @@ class ClusterSpec(BaseModel):
     host_link_gbps: PositiveFloat = Field(description="host <-> ToR link rate, each direction")
     uplink_gbps: PositiveFloat = Field(description="ToR <-> spine link rate, each direction, per spine")
     gpu: str = Field("A100", description="GPU class, selects compute times of zoo models")
+    class_guarantee: Optional[float] = Field(None, ge=0.0, le=MAX_CLASS_GUARANTEE, description=(
+        "share of a shared link every priority class keeps while a higher class is backlogged "
+        "(a minimum as a switch's ETS weights give, IEEE 802.1Qaz); the rest goes by strict "
+        "priority. null: each back end's own, the emulator's htb 0.02 and the simulator's "
+        "strict priority (0)"))
 
     @model_validator(mode="after")
     def _rack_sizes(self):
