@@ -83,16 +83,22 @@ def _reference_fill(n, classes, rows, cols, vals, cap):
     return rates
 
 
+def _random_incidence(rng, n, k, most):
+    """Entities 0..n-1 each on 1..``most`` distinct constraints of 0..k-1, 1-3 flows each."""
+    rows, cols, vals = [], [], []
+    for e in range(n):
+        for c in rng.choice(k, size=int(rng.integers(1, min(k, most) + 1)), replace=False):
+            rows.append(e)
+            cols.append(int(c))
+            vals.append(float(rng.integers(1, 4)))
+    return rows, cols, vals
+
+
 def test_waterfill_matches_sequential_filling():
     rng = np.random.default_rng(7)
     for _ in range(60):
         n, k = int(rng.integers(1, 25)), int(rng.integers(1, 15))
-        rows, cols, vals = [], [], []
-        for e in range(n):
-            for c in rng.choice(k, size=int(rng.integers(1, min(k, 5) + 1)), replace=False):
-                rows.append(e)
-                cols.append(int(c))
-                vals.append(float(rng.integers(1, 4)))
+        rows, cols, vals = _random_incidence(rng, n, k, 5)
         classes = rng.integers(0, 3, size=n)
         cap = rng.uniform(1, 10, size=k)
         got = waterfill(n, classes, np.array(rows), np.array(cols), np.array(vals), cap)
@@ -196,12 +202,7 @@ def test_guaranteed_shares_match_the_two_stages(compiled, monkeypatch):
     rng = np.random.default_rng(11)
     for case in range(60):
         n, k = int(rng.integers(2, 20)), int(rng.integers(2, 12))
-        rows, cols, vals = [], [], []
-        for e in range(n):
-            for c in rng.choice(k, size=int(rng.integers(1, min(k, 4) + 1)), replace=False):
-                rows.append(e)
-                cols.append(int(c))
-                vals.append(float(rng.integers(1, 4)))
+        rows, cols, vals = _random_incidence(rng, n, k, 4)
         classes = rng.integers(0, 4, size=n)
         cap = rng.uniform(1, 10, size=k)
         n_links = k - int(rng.integers(0, 2))           # the last constraint may be virtual
