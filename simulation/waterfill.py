@@ -332,7 +332,6 @@ def _first_fill_level(rows, cols, vals, cap, prev, in_class, new):
     return float(np.min(np.maximum(level, 0.0)))
 
 
-
 def waterfill_guaranteed(n_entities: int, classes: np.ndarray, rows: np.ndarray, cols: np.ndarray,
                          vals: np.ndarray, capacity: np.ndarray, n_links: int,
                          share: float) -> np.ndarray:
