@@ -349,12 +349,10 @@ def waterfill_guaranteed(n_entities: int, classes: np.ndarray, rows: np.ndarray,
     is the guarantees (a copy of every lower-class entity). ``share`` 0, or a single class:
     ``waterfill`` itself."""
     classes = np.asarray(classes, dtype=np.int64)
-    if share <= 0 or n_entities == 0 or len(rows) == 0:
-        return waterfill(n_entities, classes, rows, cols, vals, capacity)
-    present = np.unique(classes[np.asarray(rows, dtype=np.int64)])
+    rows = np.asarray(rows, dtype=np.int64)
+    present = np.unique(classes[rows]) if share > 0 and n_entities else classes[:0]
     if len(present) < 2:
         return waterfill(n_entities, classes, rows, cols, vals, capacity)
-    rows = np.asarray(rows, dtype=np.int64)
     cols = np.asarray(cols, dtype=np.int64)
     vals = np.asarray(vals, dtype=float)
     capacity = np.asarray(capacity, dtype=float)

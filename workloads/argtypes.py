@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .cluster import MAX_CLASS_GUARANTEE
+
 
 def positive_float(v: str) -> float:
     """A number > 0."""
@@ -29,7 +31,6 @@ def positive_int(v: str) -> int:
 
 def class_share(v: str) -> float:
     """A share of a link a priority class keeps (``ClusterSpec.class_guarantee``)."""
-    from .cluster import MAX_CLASS_GUARANTEE
     try:
         x = float(v)
     except ValueError:
